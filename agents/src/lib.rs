@@ -1,0 +1,1 @@
+//! Orkeon agents: the task runner, LLM clients and prompts.

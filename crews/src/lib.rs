@@ -1,0 +1,7 @@
+//! Orkeon's domain kernel.
+//!
+//! Owns the crew/agent/task model and its YAML schema, the generic bounded [`graph::StateGraph`]
+//! engine, the process engines, and the ports other crates implement ([`ports`]). Depends on no
+//! other workspace crate.
+
+pub mod ports;

@@ -1,0 +1,285 @@
+//! Ports implemented outside the kernel: the LLM ([`ChatModel`]).
+//!
+//! `agents` implements [`ChatModel`] (OpenAI-compatible HTTP and the offline extractive model);
+//! `knowledge` consumes it for LLM-backed query transforms, reranking, grading and generation.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// Who speaks a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One message of a chat conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+    /// For `Role::Tool`: the id of the tool call this message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For `Role::Assistant`: tool calls the model asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_call_id: None,
+            tool_calls: Vec::new(),
+        }
+    }
+}
+
+/// A tool the model may call (JSON-schema parameters, OpenAI function style).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// A tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Arguments as a JSON string, exactly as the model produced them.
+    pub arguments: String,
+}
+
+/// A request to a chat model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+    /// Ask for a JSON object answer where the provider supports it.
+    pub json_mode: bool,
+    pub tools: Vec<ToolSpec>,
+}
+
+impl ChatRequest {
+    pub fn new(messages: Vec<ChatMessage>) -> Self {
+        Self {
+            messages,
+            ..Self::default()
+        }
+    }
+}
+
+/// Token accounting reported by the provider (zero when it reports none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+/// A chat model's answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// The model that answered, as labelled in traces (`extractive` for the offline model).
+    pub model: String,
+    pub usage: Usage,
+}
+
+/// Why a chat call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("no LLM provider is configured: {0}")]
+    NotConfigured(String),
+    #[error("LLM request failed: {0}")]
+    Transport(String),
+    #[error("LLM provider answered {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("LLM answer could not be read: {0}")]
+    InvalidResponse(String),
+    #[error("LLM call timed out after {0} ms")]
+    Timeout(u64),
+}
+
+/// The LLM port.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// A label naming the provider and model, e.g. `openai:gpt-4o-mini` or `extractive`.
+    fn name(&self) -> String;
+
+    /// One chat completion.
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ChatError>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task execution and knowledge ports (implemented by `agents` and `knowledge`).
+// ---------------------------------------------------------------------------------------------
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One numbered citation in an agent's knowledge block, resolvable to a chunk and its source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnowledgeCitation {
+    pub marker: u32,
+    pub collection: String,
+    pub chunk_id: String,
+    pub source_id: String,
+    pub snippet: String,
+    pub score: f32,
+    pub score_origin: String,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// A bounded, numbered context block (`[1] …`, `[2] …`) and the citations it numbers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KnowledgeBlock {
+    pub text: String,
+    pub citations: Vec<KnowledgeCitation>,
+    /// Retrieval trace (stages, durations, counts) as JSON, for run events.
+    pub trace: serde_json::Value,
+}
+
+/// One `rag:` collection of a crew, resolved against the crew file's folder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectionRequest {
+    pub name: String,
+    /// Folder relative sources resolve against (the crew file's folder).
+    pub base_dir: PathBuf,
+    pub sources: Vec<String>,
+    /// Chunker name and settings as written in the crew file (`strategy`, `max_tokens`, …).
+    pub chunking: Option<serde_json::Value>,
+}
+
+/// Outcome of bootstrapping one collection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectionStatus {
+    pub name: String,
+    /// `ready`, `empty` or `failed`.
+    pub state: String,
+    /// The ingestion report as JSON (counts, quarantined sources, duration).
+    pub report: serde_json::Value,
+    /// Why the collection is empty or failed.
+    pub reason: Option<String>,
+}
+
+/// Why a knowledge call failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct KnowledgeError(pub String);
+
+/// Knowledge for crews: kickoff-time ingestion of `rag:` collections, and retrieval-only
+/// augmentation of agent prompts.
+#[async_trait]
+pub trait KnowledgeService: Send + Sync {
+    /// Ingests each collection incrementally (a fresh manifest makes it a no-op).
+    async fn bootstrap(
+        &self,
+        collections: Vec<CollectionRequest>,
+    ) -> Result<Vec<CollectionStatus>, KnowledgeError>;
+
+    /// Retrieves from the attached collections (no LLM call) and numbers the passages.
+    async fn augment(
+        &self,
+        collections: &[String],
+        query: &str,
+        max_passages: usize,
+    ) -> Result<KnowledgeBlock, KnowledgeError>;
+}
+
+/// What an agent is (from the crew file).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentProfile {
+    pub name: String,
+    pub role: String,
+    pub goal: String,
+    pub backstory: Option<String>,
+    pub knowledge: Vec<String>,
+    pub tools: Vec<String>,
+}
+
+/// The output of an earlier task, offered as context to later ones.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskOutput {
+    pub task: String,
+    pub agent: String,
+    pub output: String,
+    pub citations: Vec<KnowledgeCitation>,
+    /// Model label (`extractive`, `openai:<model>`, `scripted-openai:<model>`, …).
+    pub model: String,
+}
+
+/// Everything an agent needs to perform one task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskAssignment {
+    pub run_id: String,
+    pub crew: String,
+    pub agent: AgentProfile,
+    pub task_name: String,
+    /// Task description with `{{ inputs.* }}` already rendered.
+    pub description: String,
+    pub expected_output: String,
+    pub inputs: BTreeMap<String, String>,
+    /// Outputs of the tasks this one depends on.
+    pub context: Vec<TaskOutput>,
+}
+
+/// Why a task failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("LLM call failed: {0}")]
+    Chat(#[from] ChatError),
+    #[error("knowledge retrieval failed: {0}")]
+    Knowledge(#[from] KnowledgeError),
+    #[error("prompt template failed: {0}")]
+    Template(String),
+    #[error("task cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Performs one task as one agent (implemented by `agents`).
+#[async_trait]
+pub trait TaskRunner: Send + Sync {
+    async fn run_task(&self, assignment: TaskAssignment) -> Result<TaskOutput, TaskError>;
+}
+
+/// The prompt convention shared by every producer of grounded prompts (the query pipeline's
+/// generate stage, agents' knowledge blocks) and the offline extractive model that reads them:
+///
+/// ```text
+/// Context:
+/// [1] (source: kb/faq.md) First passage text…
+/// [2] (source: kb/refunds.md) Second passage text…
+///
+/// Question: the user's question
+/// ```
+///
+/// Each passage starts on its own line with `[n] `; an optional `(source: …)` follows the
+/// marker; the passage runs until the next marker line or a blank line followed by
+/// `Question:`. The question is the text after the last `Question:` line.
+pub mod prompt_convention {
+    /// Header line preceding the numbered passages.
+    pub const CONTEXT_HEADER: &str = "Context:";
+    /// Prefix of the line carrying the question.
+    pub const QUESTION_PREFIX: &str = "Question:";
+}

@@ -1,0 +1,5 @@
+//! The `orkeon` command line.
+
+pub fn main() -> std::process::ExitCode {
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,3 @@
+//! Orkeon's composition root: configuration, actors, watchers, gRPC server and the CLI.
+
+pub mod cli;

@@ -1,0 +1,62 @@
+//! Embedders: text → L2-normalised vectors, and token counting with the model's tokenizer.
+//!
+//! Implementations: local ONNX (`onnx`, through `ort` with `load-dynamic` and `tokenizers`) and
+//! an OpenAI-compatible `/v1/embeddings` HTTP client (`openai`). Model files and the ONNX
+//! Runtime library are resolved by `models` and `runtime`.
+
+use std::sync::Arc;
+
+pub mod tokenizer;
+
+use async_trait::async_trait;
+
+use crate::types::EmbeddingProfile;
+
+/// Counts tokens the way the embedding model will see them (chunk sizes, context budgets).
+pub trait TokenCounter: Send + Sync {
+    /// Number of tokens of `text`, without special tokens.
+    fn count_tokens(&self, text: &str) -> usize;
+}
+
+/// Cumulative counters of an embedder, for benchmarks and traces.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EmbedStats {
+    /// Texts embedded so far.
+    pub inputs: u64,
+    /// Model invocations (batches) so far.
+    pub batches: u64,
+    /// Nanoseconds spent inside the model runtime (ONNX Runtime `run`, or the HTTP call).
+    pub inference_ns: u64,
+}
+
+/// Why embedding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("embedding inference failed: {0}")]
+    Inference(String),
+    #[error("embedding endpoint failed: {0}")]
+    Remote(String),
+}
+
+/// Text → vector.
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// Provider, model and dimensions; recorded in every collection's manifest.
+    fn profile(&self) -> EmbeddingProfile;
+
+    /// The tokenizer-backed counter matching this model.
+    fn token_counter(&self) -> Arc<dyn TokenCounter>;
+
+    /// Embeds passages (no query prefix). Output order matches input order.
+    async fn embed_documents(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// Embeds one search query (with the model's query prefix, if it has one).
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError>;
+
+    /// Cumulative counters.
+    fn stats(&self) -> EmbedStats {
+        EmbedStats::default()
+    }
+}

@@ -1,0 +1,2 @@
+//! The incremental ingestion pipeline: load → validate → chunk → embed → upsert, driven by the
+//! per-collection manifest.

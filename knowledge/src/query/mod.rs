@@ -1,0 +1,2 @@
+//! The staged query pipeline: transform → retrieve → fuse → rerank → assemble → generate →
+//! groundedness.

@@ -1,0 +1,205 @@
+//! Configuration of the ingestion half of the RAG subsystem (the `embeddings:` section and the
+//! `rag.ingestion` / `rag.store` keys of `config/orkeon.yaml`). Every struct rejects unknown
+//! keys so that a typo is an error, not a silent default.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// `embeddings:` — which embedder computes vectors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingSettings {
+    /// `onnx` (local, default) or `openai` (an OpenAI-compatible `/v1/embeddings` endpoint).
+    pub provider: String,
+    /// For `onnx`: a model folder name (`bge-small-en-v1.5`, `all-MiniLM-L6-v2`) or a path.
+    /// For `openai`: the remote model name.
+    pub model: String,
+    /// Folder holding model folders; `ORKEON_MODELS_DIR` is consulted when unset.
+    pub models_dir: Option<PathBuf>,
+    /// Cache for downloaded models and the ONNX Runtime library (default: the user cache dir).
+    pub cache_dir: Option<PathBuf>,
+    /// Inputs per ONNX Runtime call (a measured choice: int8 models run fastest at 1–2 here).
+    pub batch_size: usize,
+    /// ONNX Runtime intra-op threads.
+    pub threads: usize,
+    /// OpenAI-compatible endpoint settings (used when `provider: openai`).
+    pub openai: OpenAiEmbeddingSettings,
+}
+
+impl Default for EmbeddingSettings {
+    fn default() -> Self {
+        Self {
+            provider: "onnx".into(),
+            model: "bge-small-en-v1.5".into(),
+            models_dir: None,
+            cache_dir: None,
+            batch_size: 2,
+            threads: 2,
+            openai: OpenAiEmbeddingSettings::default(),
+        }
+    }
+}
+
+/// `embeddings.openai:`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiEmbeddingSettings {
+    pub base_url: String,
+    /// Name of the environment variable holding the API key (never the key itself).
+    pub api_key_env: String,
+    /// Expected vector size (checked against the first answer).
+    pub dimensions: Option<usize>,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub batch_size: usize,
+}
+
+impl Default for OpenAiEmbeddingSettings {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.openai.com/v1".into(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            dimensions: None,
+            timeout_ms: 30_000,
+            max_retries: 3,
+            batch_size: 64,
+        }
+    }
+}
+
+/// What to do with a document the prompt-injection validator finds suspicious.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SuspiciousAction {
+    /// Ingest it, with `flagged=suspicious` and the reasons in chunk metadata.
+    #[default]
+    Flag,
+    /// Do not ingest it (it is quarantined like a rejected document).
+    Drop,
+}
+
+/// `rag.ingestion:`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestionSettings {
+    /// Chunking used when a request names none.
+    pub default_chunking: ChunkingSettings,
+    /// Whether http(s) sources may be fetched.
+    pub allow_urls: bool,
+    /// Directories sources must stay within (default: the base directory of the request).
+    pub roots: Vec<PathBuf>,
+    /// Largest document accepted, in bytes.
+    pub max_document_bytes: usize,
+    /// URL fetch limits.
+    pub url_timeout_ms: u64,
+    pub url_max_bytes: usize,
+    pub url_max_redirects: usize,
+    pub suspicious_action: SuspiciousAction,
+}
+
+impl Default for IngestionSettings {
+    fn default() -> Self {
+        Self {
+            default_chunking: ChunkingSettings::default(),
+            allow_urls: false,
+            roots: Vec::new(),
+            max_document_bytes: 20 * 1024 * 1024,
+            url_timeout_ms: 15_000,
+            url_max_bytes: 5 * 1024 * 1024,
+            url_max_redirects: 5,
+            suspicious_action: SuspiciousAction::Flag,
+        }
+    }
+}
+
+/// A chunker and its settings (`chunking:` in requests and crew files).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Hash, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChunkingSettings {
+    /// `recursive` (default), `sentence`, `structural`, `semantic`.
+    pub strategy: String,
+    /// Upper bound of a chunk, in embedding-model tokens.
+    pub max_tokens: usize,
+    /// Tokens repeated between neighbouring chunks (recursive, sentence).
+    pub overlap: usize,
+    /// Semantic chunker: split where adjacent sentences' cosine similarity falls below the
+    /// given percentile of all adjacent similarities (0–100).
+    pub breakpoint_percentile: u8,
+}
+
+impl Default for ChunkingSettings {
+    fn default() -> Self {
+        Self {
+            strategy: "recursive".into(),
+            max_tokens: 256,
+            overlap: 32,
+            breakpoint_percentile: 10,
+        }
+    }
+}
+
+impl ChunkingSettings {
+    /// A stable text form, part of every chunk's content hash.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "{}:max={}:overlap={}:bp={}",
+            self.strategy.to_ascii_lowercase(),
+            self.max_tokens,
+            self.overlap,
+            self.breakpoint_percentile
+        )
+    }
+}
+
+/// `rag.store:` — the embedded document store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// Collections with at least this many chunks search an HNSW graph; smaller ones are
+    /// scanned exactly.
+    pub hnsw_threshold: usize,
+    /// HNSW build/search breadth.
+    pub hnsw_ef_construction: usize,
+    pub hnsw_ef_search: usize,
+    /// Rebuild the HNSW snapshot once this many chunks were added after it.
+    pub hnsw_rebuild_after: usize,
+    /// Reciprocal Rank Fusion constant for hybrid search.
+    pub rrf_k: f32,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            hnsw_threshold: 20_000,
+            hnsw_ef_construction: 100,
+            hnsw_ef_search: 100,
+            hnsw_rebuild_after: 5_000,
+            rrf_k: 60.0,
+        }
+    }
+}
+
+/// The `rag:` section of the configuration (mirrors the reference's `Orkeon:Rag` table).
+/// Query-side keys are added next to the query pipeline's options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RagSettings {
+    /// Preset: fast / balanced / quality / adaptive / corrective.
+    pub profile: String,
+    /// Default collection when a call names none.
+    pub collection: Option<String>,
+    pub ingestion: IngestionSettings,
+    pub store: StoreSettings,
+}
+
+impl Default for RagSettings {
+    fn default() -> Self {
+        Self {
+            profile: "fast".into(),
+            collection: None,
+            ingestion: IngestionSettings::default(),
+            store: StoreSettings::default(),
+        }
+    }
+}

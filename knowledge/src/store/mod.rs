@@ -1,0 +1,149 @@
+//! The document store: collections of embedded chunks plus each collection's incremental
+//! manifest.
+//!
+//! [`DocumentStore`] is the port; the embedded implementation keeps sled as the source of truth
+//! with a persisted tantivy BM25 index and a persisted vector index (exact scan, HNSW above a
+//! threshold) derived from it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
+
+/// One source's entry in a collection's incremental manifest (also its provenance record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    /// Source id (relative path or URL, part suffix included).
+    pub source_id: String,
+    /// sha256 (hex) of the raw bytes the source was loaded from.
+    pub content_hash: String,
+    /// Loader that produced the document.
+    pub loader: String,
+    /// `ChunkingSettings::fingerprint()` used for its chunks.
+    pub chunking: String,
+    /// Embedding profile of its vectors, as `EmbeddingProfile`'s Display.
+    pub embedding_profile: String,
+    /// Ids of its chunks, in order.
+    pub chunk_ids: Vec<String>,
+    /// RFC 3339 time of ingestion.
+    pub ingested_at: String,
+    /// `clean` or `suspicious: <reasons>`.
+    pub validation: String,
+}
+
+/// Search mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    Vector,
+    Bm25,
+    Hybrid,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("collection '{0}' does not exist")]
+    UnknownCollection(String),
+    #[error(
+        "collection '{collection}' holds vectors of {recorded}, but the active embedder is {active}; re-ingest with --reindex to rebuild it"
+    )]
+    ProfileMismatch {
+        collection: String,
+        recorded: String,
+        active: String,
+    },
+    #[error("invalid collection name '{0}': use letters, digits, '-', '_' and '.' (max 128)")]
+    InvalidName(String),
+    #[error("store I/O failed: {0}")]
+    Io(String),
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// A collection's manifest: its embedding profile and one record per source.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub collection: String,
+    pub profile: Option<EmbeddingProfile>,
+    pub sources: Vec<SourceRecord>,
+    /// Manifest entries that could not be decoded (their sources are re-ingested in full).
+    pub corrupt_entries: Vec<String>,
+}
+
+/// Summary of one collection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectionInfo {
+    pub name: String,
+    pub sources: usize,
+    pub chunks: usize,
+    pub profile: Option<EmbeddingProfile>,
+}
+
+/// A search over one collection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchRequest {
+    pub mode: SearchMode,
+    /// Query text (BM25 and hybrid).
+    pub text: Option<String>,
+    /// Query vector (vector and hybrid).
+    pub vector: Option<Vec<f32>>,
+    /// Results wanted.
+    pub k: usize,
+    /// Reciprocal Rank Fusion constant (hybrid).
+    pub rrf_k: f32,
+}
+
+/// The store port. Calls are blocking (sled and tantivy are synchronous): call them from
+/// `spawn_blocking` in async code when they may take long (replace, rebuild).
+pub trait DocumentStore: Send + Sync {
+    /// All collections, sorted by name.
+    fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError>;
+
+    /// Creates the collection when missing and records `profile`; fails with
+    /// [`StoreError::ProfileMismatch`] when the collection records another profile.
+    fn ensure_collection(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<(), StoreError>;
+
+    /// The collection's manifest (empty when the collection does not exist).
+    fn manifest(&self, collection: &str) -> Result<Manifest, StoreError>;
+
+    /// Atomically replaces one source: `chunks` and `record` are committed in one batch, and
+    /// the source's previous chunks that are not in `chunks` are removed in that same batch.
+    /// Durable (flushed) when this returns; the derived indexes are updated afterwards.
+    fn replace_source(
+        &self,
+        collection: &str,
+        record: SourceRecord,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError>;
+
+    /// Removes a source's chunks and manifest entry; returns the number of chunks removed.
+    fn delete_source(&self, collection: &str, source_id: &str) -> Result<usize, StoreError>;
+
+    /// Removes a whole collection with its indexes.
+    fn drop_collection(&self, collection: &str) -> Result<(), StoreError>;
+
+    /// The source's chunks, in ordinal order.
+    fn chunks_of_source(
+        &self,
+        collection: &str,
+        source_id: &str,
+    ) -> Result<Vec<StoredChunk>, StoreError>;
+
+    /// One chunk by id.
+    fn get_chunk(
+        &self,
+        collection: &str,
+        chunk_id: &str,
+    ) -> Result<Option<StoredChunk>, StoreError>;
+
+    /// Vector, BM25 or hybrid (RRF) search; every result labelled with its score origin.
+    fn search(
+        &self,
+        collection: &str,
+        request: &SearchRequest,
+    ) -> Result<Vec<ScoredChunk>, StoreError>;
+}
