@@ -1,6 +1,7 @@
 //! The `structural` strategy: sections delimited by Markdown ATX headings (`#` … `######`,
-//! ignored inside fenced code). The HTML loader leaves its headings as such lines too, so HTML
-//! documents are sectioned by the same rule. Each section becomes one chunk, or several when it
+//! ignored inside fenced code). The HTML loader writes `h1`–`h6` as such lines too, so HTML
+//! documents (`loader` = `html`) are sectioned by the same rule, without fences (the loader
+//! emits none: a literal fence line in a page is text). Each section becomes one chunk, or several when it
 //! exceeds `max_tokens` (cut by the recursive strategy, with overlap); every chunk carries
 //! `heading_path` = `"Top > Sub > Subsub"`. A heading directly followed by a deeper heading has
 //! no text of its own: it opens the next section's chunk instead of standing alone.
@@ -74,8 +75,9 @@ fn fence(line: &str) -> Option<(char, usize)> {
     (run >= 3).then_some((marker, run))
 }
 
-/// Sections of `text`, tiling it in order.
-pub(crate) fn sections(text: &str) -> Vec<Section> {
+/// Sections of `text`, tiling it in order. With `fenced_code`, heading lines inside fenced
+/// code (Markdown) are ignored; the HTML loader emits no fences, so its text is read without.
+pub(crate) fn sections(text: &str, fenced_code: bool) -> Vec<Section> {
     let mut headings: Vec<(usize, usize, Heading)> = Vec::new(); // (line start, line end, heading)
     let mut open_fence: Option<(char, usize)> = None;
     let mut at = 0;
@@ -83,7 +85,8 @@ pub(crate) fn sections(text: &str) -> Vec<Section> {
         let start = at;
         at += line.len();
         let content = line.trim_end_matches(['\n', '\r']);
-        match (open_fence, fence(content)) {
+        let fence = if fenced_code { fence(content) } else { None };
+        match (open_fence, fence) {
             (None, Some(opened)) => open_fence = Some(opened),
             (Some((marker, run)), Some((closing, closing_run)))
                 if closing == marker
@@ -155,7 +158,7 @@ impl Chunker for StructuralChunker {
 
     async fn chunk(&self, doc: &Document) -> Result<Vec<Chunk>, ChunkError> {
         let text = doc.text.as_str();
-        let sections = sections(text);
+        let sections = sections(text, doc.loader != "html");
         let mut chunks = Vec::new();
         let mut carried_start: Option<usize> = None;
         for (i, section) in sections.iter().enumerate() {
@@ -326,8 +329,8 @@ mod tests {
 
     #[tokio::test]
     async fn html_documents_use_the_heading_lines_the_loader_leaves() {
-        let text = "# Product manual\nWelcome to the manual.\n## Safety\nKeep away from water.\n\
-                    ### Batteries\nUse the supplied charger.\n## Warranty\nTwo years.";
+        let text = "# Product manual\nWelcome to the manual.\n```\n## Safety\nKeep away from \
+                    water.\n### Batteries\nUse the supplied charger.\n## Warranty\nTwo years.";
         let chunks = chunk(text, "html", 64).await;
         let paths: Vec<Option<&str>> = chunks.iter().map(path).collect();
         assert_eq!(
