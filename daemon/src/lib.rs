@@ -2,4 +2,5 @@
 
 pub mod cli;
 pub mod config;
+pub mod proto;
 pub mod runs;
