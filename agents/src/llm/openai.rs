@@ -175,12 +175,17 @@ impl OpenAiChatModel {
         body
     }
 
-    /// Sends the request, retrying retryable failures; returns the successful response.
-    async fn send_with_retries(&self, body: &Value) -> Result<reqwest::Response, ChatError> {
+    /// Runs `attempt` (each run bounded by the timeout), retrying retryable failures with
+    /// backoff up to `max_retries` times.
+    async fn with_retries<T, F, Fut>(&self, mut run_attempt: F) -> Result<T, ChatError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, AttemptFailure>>,
+    {
         let mut attempt: u32 = 0;
         loop {
-            let failure = match tokio::time::timeout(self.timeout, self.send_once(body)).await {
-                Ok(Ok(response)) => return Ok(response),
+            let failure = match tokio::time::timeout(self.timeout, run_attempt()).await {
+                Ok(Ok(value)) => return Ok(value),
                 Ok(Err(failure)) => failure,
                 Err(_) => AttemptFailure {
                     error: ChatError::Timeout(self.timeout_ms()),
@@ -244,7 +249,7 @@ impl OpenAiChatModel {
         request: ChatRequest,
     ) -> Result<impl Stream<Item = Result<String, ChatError>> + Send + use<>, ChatError> {
         let body = self.request_body(&request, true);
-        let response = self.send_with_retries(&body).await?;
+        let response = self.with_retries(|| self.send_once(&body)).await?;
         let state = SseState {
             bytes: Box::pin(
                 response
@@ -269,19 +274,26 @@ impl ChatModel for OpenAiChatModel {
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ChatError> {
         let body = self.request_body(&request, false);
         let started = std::time::Instant::now();
-        let response = self.send_with_retries(&body).await?;
-        // Reading the body is part of the call: bounded by the same timeout.
-        let value = match tokio::time::timeout(self.timeout, response.json::<Value>()).await {
-            Ok(Ok(value)) => value,
-            Ok(Err(e)) if e.is_decode() => {
-                return Err(ChatError::InvalidResponse(format!(
-                    "the body from {} is not JSON: {e}",
-                    self.endpoint
-                )));
-            }
-            Ok(Err(e)) => return Err(ChatError::Transport(error_chain(&e))),
-            Err(_) => return Err(ChatError::Timeout(self.timeout_ms())),
-        };
+        // One attempt is the request and its body, bounded together by the timeout.
+        let value = self
+            .with_retries(|| async {
+                let response = self.send_once(&body).await?;
+                response.json::<Value>().await.map_err(|e| {
+                    if e.is_decode() {
+                        AttemptFailure {
+                            error: ChatError::InvalidResponse(format!(
+                                "the body from {} is not JSON: {e}",
+                                self.endpoint
+                            )),
+                            retryable: false,
+                            retry_after: None,
+                        }
+                    } else {
+                        AttemptFailure::transport(e)
+                    }
+                })
+            })
+            .await?;
         let response = parse_completion(&value, &self.model).map(|(mut r, model)| {
             r.model = self.answer_label(&model);
             r

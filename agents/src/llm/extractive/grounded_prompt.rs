@@ -21,8 +21,9 @@ pub struct GroundedPrompt {
 
 /// Splits a user message into passages and question.
 ///
-/// Passages are the `[n] …` lines after the last `Context:` header line, each running until the
-/// next marker line, or a blank line followed by `Question:`. The question is the text after
+/// Passages are the `[n] …` lines after the last `Context:` header line before the final
+/// `Question:` line, each running until the next marker line or the final `Question:` line
+/// (so a passage quoting a `Question:` line of its own, as FAQs do, stays whole). The question is the text after
 /// the last `Question:` line (to the end of the message); without one, it is the message with
 /// the context section removed.
 pub fn parse(message: &str) -> GroundedPrompt {
@@ -47,12 +48,9 @@ pub fn parse(message: &str) -> GroundedPrompt {
                     passages.push(finish_passage(m, &body));
                 }
                 current = Some((marker, vec![strip_source(rest)]));
-            } else if line.trim().is_empty() && starts_question(&lines[index + 1..]) {
-                break;
             } else if let Some((_, body)) = current.as_mut() {
+                // Blank lines before the final `Question:` line are trimmed with the passage.
                 body.push(line);
-            } else if !line.trim().is_empty() {
-                // Text between the header and the first marker: not a passage.
             }
             index += 1;
         }
@@ -88,13 +86,6 @@ pub fn parse(message: &str) -> GroundedPrompt {
         }
     };
     GroundedPrompt { passages, question }
-}
-
-/// Whether the remaining lines, after any blank ones, start with the `Question:` line.
-fn starts_question(rest: &[&str]) -> bool {
-    rest.iter()
-        .find(|line| !line.trim().is_empty())
-        .is_some_and(|line| line.trim_start().starts_with(QUESTION_PREFIX))
 }
 
 /// `[12] text` → `(12, "text")`.
@@ -152,6 +143,18 @@ mod tests {
         let parsed = parse(prompt);
         assert_eq!(parsed.passages[0].text, "Para one.\n\nPara two.");
         assert_eq!(parsed.question, "q?");
+    }
+
+    #[test]
+    fn a_question_line_inside_a_passage_does_not_end_the_context() {
+        let prompt = "Context:\n[1] FAQ\n\nQuestion: Can I return shoes?\nAnswer: Yes.\n[2] Second.\n\nQuestion: returns?";
+        let parsed = parse(prompt);
+        assert_eq!(parsed.passages.len(), 2);
+        assert_eq!(
+            parsed.passages[0].text,
+            "FAQ\n\nQuestion: Can I return shoes?\nAnswer: Yes."
+        );
+        assert_eq!(parsed.question, "returns?");
     }
 
     #[test]
