@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized};
+use orkeon_agents::llm::LlmSettings;
 use orkeon_knowledge::settings::{EmbeddingSettings, RagSettings};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::figment::Yaml;
@@ -30,6 +31,9 @@ pub struct Config {
     pub log: LogSettings,
     pub server: ServerSettings,
     pub embeddings: EmbeddingSettings,
+    /// The chat model (`llm.provider`: extractive | openai; none configured: LLM calls fail
+    /// with a message saying how to set one).
+    pub llm: LlmSettings,
     pub rag: RagSettings,
 }
 
@@ -42,6 +46,7 @@ impl Default for Config {
             log: LogSettings::default(),
             server: ServerSettings::default(),
             embeddings: EmbeddingSettings::default(),
+            llm: LlmSettings::default(),
             rag: RagSettings::default(),
         }
     }

@@ -130,6 +130,15 @@ impl RunStore {
         Ok((run, true))
     }
 
+    /// The run an idempotency key created for a crew, if any.
+    pub fn find_by_key(&self, crew: &str, key: &str) -> Result<Option<RunRecord>, RunStoreError> {
+        let scoped = format!("{crew}\u{1f}{key}");
+        match self.keys.get(scoped.as_bytes())? {
+            Some(id) => Ok(Some(self.get(&String::from_utf8_lossy(&id))?)),
+            None => Ok(None),
+        }
+    }
+
     fn put(&self, run: &RunRecord) -> Result<(), RunStoreError> {
         let bytes = serde_json::to_vec(run).map_err(|e| RunStoreError::Corrupt(e.to_string()))?;
         self.runs.insert(run.run_id.as_bytes(), bytes)?;
