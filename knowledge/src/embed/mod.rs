@@ -6,7 +6,24 @@
 
 use std::sync::Arc;
 
+pub mod cross_encoder;
+pub mod fetch;
+pub mod models;
+pub mod onnx;
+pub mod openai;
+pub mod runtime;
+mod session_pool;
 pub mod tokenizer;
+
+pub use cross_encoder::CrossEncoder;
+pub use fetch::FetchProgress;
+pub use models::{
+    CATALOGUE, ModelKind, ModelSource, ModelSpec, ModelStatus, Pooling, fetch_all, model_status,
+    resolve_model,
+};
+pub use onnx::OnnxEmbedder;
+pub use openai::OpenAiEmbedder;
+pub use runtime::{cache_dir, ensure_runtime};
 
 use async_trait::async_trait;
 
@@ -58,5 +75,22 @@ pub trait Embedder: Send + Sync {
     /// Cumulative counters.
     fn stats(&self) -> EmbedStats {
         EmbedStats::default()
+    }
+}
+
+/// The embedder `embeddings.provider` names: `onnx` resolves `embeddings.model` (fetching it
+/// if needed) and loads it locally; `openai` talks to the configured endpoint.
+pub fn build_embedder(
+    settings: &crate::settings::EmbeddingSettings,
+) -> Result<Arc<dyn Embedder>, EmbedError> {
+    match settings.provider.as_str() {
+        "onnx" => {
+            let dir = resolve_model(&settings.model, settings, None)?;
+            Ok(Arc::new(OnnxEmbedder::load(&dir, settings)?))
+        }
+        "openai" => Ok(Arc::new(OpenAiEmbedder::for_settings(settings)?)),
+        other => Err(EmbedError::Setup(format!(
+            "unknown embeddings.provider {other:?}; known providers: [\"onnx\", \"openai\"]"
+        ))),
     }
 }
