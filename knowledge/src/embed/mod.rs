@@ -12,6 +12,8 @@ pub mod models;
 pub mod onnx;
 pub mod openai;
 pub mod runtime;
+#[cfg(test)]
+mod scripted_http;
 mod session_pool;
 pub mod tokenizer;
 
@@ -92,5 +94,48 @@ pub fn build_embedder(
         other => Err(EmbedError::Setup(format!(
             "unknown embeddings.provider {other:?}; known providers: [\"onnx\", \"openai\"]"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::EmbeddingSettings;
+
+    #[test]
+    fn build_embedder_follows_the_provider_setting() {
+        let unknown = EmbeddingSettings {
+            provider: "tfidf".into(),
+            ..EmbeddingSettings::default()
+        };
+        let err = build_embedder(&unknown).err().expect("unknown provider");
+        assert!(
+            err.to_string()
+                .contains(r#"known providers: ["onnx", "openai"]"#),
+            "{err}"
+        );
+
+        let local = EmbeddingSettings {
+            model: "all-MiniLM-L6-v2".into(),
+            models_dir: Some(onnx::tests::shared_models()),
+            ..EmbeddingSettings::default()
+        };
+        let embedder = build_embedder(&local).expect("onnx embedder");
+        assert_eq!(
+            embedder.profile().to_string(),
+            "onnx:all-MiniLM-L6-v2 (384 dims)"
+        );
+
+        let mut remote = EmbeddingSettings {
+            provider: "openai".into(),
+            ..EmbeddingSettings::default()
+        };
+        remote.openai.api_key_env = "ORKEON_TEST_SURELY_UNSET_KEY_VARIABLE".into();
+        let err = build_embedder(&remote).err().expect("missing key");
+        assert!(
+            err.to_string()
+                .contains("ORKEON_TEST_SURELY_UNSET_KEY_VARIABLE"),
+            "{err}"
+        );
     }
 }

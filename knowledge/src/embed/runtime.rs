@@ -132,10 +132,10 @@ impl RuntimeSearch {
                 path.display()
             )));
         }
-        if let Some(path) = self.from_python_package() {
+        if let Some(path) = self.in_python_package() {
             return Ok(path);
         }
-        if let Some(path) = self.from_site_packages() {
+        if let Some(path) = self.in_site_packages() {
             return Ok(path);
         }
         let cached = self.cached_library();
@@ -179,7 +179,7 @@ impl RuntimeSearch {
     }
 
     /// Asks the interpreter where `onnxruntime` is installed.
-    fn from_python_package(&self) -> Option<PathBuf> {
+    fn in_python_package(&self) -> Option<PathBuf> {
         let output = Command::new(&self.python)
             .args([
                 "-c",
@@ -194,7 +194,7 @@ impl RuntimeSearch {
         library_in_package(Path::new(folder.trim()))
     }
 
-    fn from_site_packages(&self) -> Option<PathBuf> {
+    fn in_site_packages(&self) -> Option<PathBuf> {
         self.site_packages
             .iter()
             .find_map(|site| library_in_package(&site.join("onnxruntime")))
