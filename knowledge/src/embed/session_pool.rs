@@ -126,6 +126,7 @@ impl SessionPool {
                 .map_err(|e| load_failed(&e))?;
             sessions.push(session);
         }
+        // worker_count >= 1, so there is a first session.
         let first = &sessions[0];
         let mut roles = Vec::new();
         for input in first.inputs() {
