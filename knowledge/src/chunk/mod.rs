@@ -66,7 +66,9 @@ pub enum ChunkError {
 }
 
 /// Resolves a strategy name or alias (case-insensitive, surrounding whitespace ignored) to its
-/// canonical name.
+/// canonical name. Aliases: `recursive-character`/`recursive_character` → recursive,
+/// `sentences` → sentence, `structure`/`markdown`/`headings`/`sections` → structural,
+/// `embedding`/`embeddings` → semantic.
 pub fn canonical_strategy(name: &str) -> Option<&'static str> {
     match name.trim().to_ascii_lowercase().as_str() {
         "recursive" | "recursive-character" | "recursive_character" => Some("recursive"),
