@@ -75,7 +75,9 @@ async fn download(
     settings: &IngestionSettings,
 ) -> Result<RawSource, LoadError> {
     if !settings.allow_urls {
-        return Err(LoadError::UrlsNotAllowed { url: url.to_owned() });
+        return Err(LoadError::UrlsNotAllowed {
+            url: url.to_owned(),
+        });
     }
     let parsed = reqwest::Url::parse(url).map_err(|e| LoadError::InvalidUrl {
         url: url.to_owned(),

@@ -129,8 +129,7 @@ impl Walk {
         };
         if let Some(heading) = heading {
             let text = writer.end_heading(heading);
-            if heading_level == Some(1) && !hidden && self.first_h1.is_none() && !text.is_empty()
-            {
+            if heading_level == Some(1) && !hidden && self.first_h1.is_none() && !text.is_empty() {
                 self.first_h1 = Some(text);
             }
         }
@@ -144,8 +143,8 @@ impl Walk {
 fn block_breaks(name: &str) -> u8 {
     match name {
         "p" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6" | "ul" | "ol" | "dl" | "table"
-        | "blockquote" | "pre" | "section" | "article" | "header" | "footer" | "nav"
-        | "aside" | "main" | "figure" | "form" | "fieldset" | "details" | "address" | "hr" => 2,
+        | "blockquote" | "pre" | "section" | "article" | "header" | "footer" | "nav" | "aside"
+        | "main" | "figure" | "form" | "fieldset" | "details" | "address" | "hr" => 2,
         "div" | "li" | "tr" | "dt" | "dd" | "figcaption" | "summary" | "caption" | "legend"
         | "option" | "body" => 1,
         _ => 0,

@@ -169,15 +169,21 @@ pub enum LoadError {
         path: PathBuf,
         roots: String,
     },
-    #[error("source `{url}` is a URL but URL sources are disabled; set rag.ingestion.allow_urls: true to fetch it")]
+    #[error(
+        "source `{url}` is a URL but URL sources are disabled; set rag.ingestion.allow_urls: true to fetch it"
+    )]
     UrlsNotAllowed { url: String },
     #[error("source `{url}` is not a valid http(s) URL: {reason}")]
     InvalidUrl { url: String, reason: String },
-    #[error("source `{pattern}` uses the unsupported scheme `{scheme}`; only local paths and http(s) URLs are supported")]
+    #[error(
+        "source `{pattern}` uses the unsupported scheme `{scheme}`; only local paths and http(s) URLs are supported"
+    )]
     UnsupportedScheme { pattern: String, scheme: String },
     #[error("source `{pattern}` is not a valid glob: {reason}; use `*`, `**` and `?` wildcards")]
     InvalidGlob { pattern: String, reason: String },
-    #[error("source `{pattern}` is the directory {path}; name files, or use a glob such as `{pattern}/**/*.md`")]
+    #[error(
+        "source `{pattern}` is the directory {path}; name files, or use a glob such as `{pattern}/**/*.md`"
+    )]
     IsDirectory { pattern: String, path: PathBuf },
     #[error("source `{pattern}`: cannot list {path}: {reason}")]
     Walk {
@@ -185,7 +191,9 @@ pub enum LoadError {
         path: PathBuf,
         reason: String,
     },
-    #[error("source `{source_id}`: cannot read {path}: {error}; check that it exists and is readable")]
+    #[error(
+        "source `{source_id}`: cannot read {path}: {error}; check that it exists and is readable"
+    )]
     Io {
         source_id: String,
         path: PathBuf,
@@ -200,7 +208,9 @@ pub enum LoadError {
         source_id: String,
         extension: String,
     },
-    #[error("source `{source_id}` is {size} bytes, over the limit of {limit} bytes; raise {setting} or split the document")]
+    #[error(
+        "source `{source_id}` is {size} bytes, over the limit of {limit} bytes; raise {setting} or split the document"
+    )]
     TooLarge {
         source_id: String,
         size: u64,
@@ -209,7 +219,9 @@ pub enum LoadError {
     },
     #[error("source `{url}`: the server answered HTTP {status}; check the URL")]
     HttpStatus { url: String, status: u16 },
-    #[error("source `{url}`: no answer within {timeout_ms} ms; raise rag.ingestion.url_timeout_ms or check the server")]
+    #[error(
+        "source `{url}`: no answer within {timeout_ms} ms; raise rag.ingestion.url_timeout_ms or check the server"
+    )]
     Timeout { url: String, timeout_ms: u64 },
     #[error("source `{url}`: redirect refused: {reason}")]
     Redirect { url: String, reason: String },

@@ -66,7 +66,9 @@ pub(crate) fn build_pdf(pages: &[&str]) -> Vec<u8> {
         pdf.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
     }
     let xref = pdf.len();
-    pdf.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+    pdf.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
     for offset in offsets {
         pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
     }
@@ -110,7 +112,10 @@ fn kind_of_files_and_urls() {
 
     let error = kind_of(&file_ref("report.docx", "/k/report.docx".into())).unwrap_err();
     let message = error.to_string();
-    assert!(message.contains("report.docx") && message.contains("`docx`"), "{message}");
+    assert!(
+        message.contains("report.docx") && message.contains("`docx`"),
+        "{message}"
+    );
     for supported in SUPPORTED_KINDS {
         assert!(message.contains(supported), "{message} lacks {supported}");
     }
@@ -124,7 +129,10 @@ fn kind_of_files_and_urls() {
         })
         .unwrap()
     };
-    assert_eq!(url("https://example.com/guide.pdf?x=1"), Some(SourceKind::Pdf));
+    assert_eq!(
+        url("https://example.com/guide.pdf?x=1"),
+        Some(SourceKind::Pdf)
+    );
     assert_eq!(url("https://example.com/page.php"), None);
     assert_eq!(url("https://example.com/"), None);
     assert_eq!(SourceKind::Markdown.to_string(), "markdown");
@@ -152,7 +160,11 @@ fn corpus() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, base, outside)
 }
 
-fn expand(base: &Path, patterns: &[&str], settings: &IngestionSettings) -> Result<Expansion, LoadError> {
+fn expand(
+    base: &Path,
+    patterns: &[&str],
+    settings: &IngestionSettings,
+) -> Result<Expansion, LoadError> {
     let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
     expand_sources(base, &patterns, settings)
 }
@@ -218,13 +230,19 @@ fn escapes_from_the_root_are_refused() {
         "/**/*.md".to_string(),
     ] {
         let error = expand_sources(&base, std::slice::from_ref(&pattern), &settings).unwrap_err();
-        let LoadError::OutsideRoots { pattern: p, roots, .. } = &error else {
+        let LoadError::OutsideRoots {
+            pattern: p, roots, ..
+        } = &error
+        else {
             panic!("{pattern}: expected OutsideRoots, got {error}");
         };
         assert_eq!(p, &pattern);
         assert!(roots.contains(&base.display().to_string()), "{roots}");
         let message = error.to_string();
-        assert!(message.contains(&pattern) && message.contains("rag.ingestion.roots"), "{message}");
+        assert!(
+            message.contains(&pattern) && message.contains("rag.ingestion.roots"),
+            "{message}"
+        );
     }
 }
 
@@ -237,7 +255,10 @@ fn symlinks_pointing_outside_are_refused() {
 
     for pattern in ["escape.md", "*.md", "**/*.md"] {
         let error = expand(&base, &[pattern], &settings).unwrap_err();
-        assert!(matches!(error, LoadError::OutsideRoots { .. }), "{pattern}: {error}");
+        assert!(
+            matches!(error, LoadError::OutsideRoots { .. }),
+            "{pattern}: {error}"
+        );
         assert!(error.to_string().contains("secret.md"), "{error}");
     }
 
@@ -298,7 +319,10 @@ fn urls_need_allow_urls() {
     let error = expand(&base, &[url], &IngestionSettings::default()).unwrap_err();
     assert!(matches!(error, LoadError::UrlsNotAllowed { .. }), "{error}");
     let message = error.to_string();
-    assert!(message.contains(url) && message.contains("rag.ingestion.allow_urls"), "{message}");
+    assert!(
+        message.contains(url) && message.contains("rag.ingestion.allow_urls"),
+        "{message}"
+    );
 
     let settings = IngestionSettings {
         allow_urls: true,
@@ -306,12 +330,21 @@ fn urls_need_allow_urls() {
     };
     let expansion = expand(&base, &[url, "a.md"], &settings).unwrap();
     assert_eq!(ids(&expansion), ["a.md", url]);
-    assert_eq!(expansion.sources[1].location, SourceLocation::Url(url.into()));
+    assert_eq!(
+        expansion.sources[1].location,
+        SourceLocation::Url(url.into())
+    );
 
     let error = expand(&base, &["ftp://example.com/a.md"], &settings).unwrap_err();
-    assert!(matches!(error, LoadError::UnsupportedScheme { .. }), "{error}");
+    assert!(
+        matches!(error, LoadError::UnsupportedScheme { .. }),
+        "{error}"
+    );
     let error = expand(&base, &["file:///etc/passwd"], &settings).unwrap_err();
-    assert!(matches!(error, LoadError::UnsupportedScheme { .. }), "{error}");
+    assert!(
+        matches!(error, LoadError::UnsupportedScheme { .. }),
+        "{error}"
+    );
 }
 
 // ---------------------------------------------------------------- fetch (files)
@@ -327,8 +360,15 @@ async fn file_fetch_enforces_the_size_limit() {
         ..IngestionSettings::default()
     };
     let error = fetch(&source, &settings).await.unwrap_err();
-    assert!(matches!(error, LoadError::TooLarge { size: 2000, .. }), "{error}");
-    assert!(error.to_string().contains("rag.ingestion.max_document_bytes"));
+    assert!(
+        matches!(error, LoadError::TooLarge { size: 2000, .. }),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("rag.ingestion.max_document_bytes")
+    );
 
     let raw = fetch(&source, &IngestionSettings::default()).await.unwrap();
     assert_eq!(raw.bytes.len(), 2_000);
@@ -336,7 +376,9 @@ async fn file_fetch_enforces_the_size_limit() {
     assert_eq!(raw.content_type, None);
 
     let missing = file_ref("gone.txt", dir.path().join("gone.txt"));
-    let error = fetch(&missing, &IngestionSettings::default()).await.unwrap_err();
+    let error = fetch(&missing, &IngestionSettings::default())
+        .await
+        .unwrap_err();
     assert!(matches!(error, LoadError::Io { .. }), "{error}");
     assert!(error.to_string().contains("gone.txt"));
 }
@@ -359,7 +401,10 @@ async fn text_and_markdown_are_one_document_with_a_title() {
         &dir.path().join("guide.md"),
         "\u{FEFF}Intro line\n\n```sh\n# not a title\n```\n# Getting started #\n\nInstall it.\n## Later\n",
     );
-    write(&dir.path().join("plain.txt"), "Just some notes.\nSecond line.\n");
+    write(
+        &dir.path().join("plain.txt"),
+        "Just some notes.\nSecond line.\n",
+    );
     write(&dir.path().join("csharp.md"), "# Learning C#\nbody\n");
 
     let docs = load_file(dir.path(), "guide.md").await.unwrap();
@@ -367,8 +412,15 @@ async fn text_and_markdown_are_one_document_with_a_title() {
     let doc = &docs[0];
     assert_eq!(doc.source_id, "guide.md");
     assert_eq!(doc.loader, "markdown");
-    assert_eq!(doc.metadata.get("title").map(String::as_str), Some("Getting started"));
-    assert!(doc.text.starts_with("Intro line"), "BOM dropped: {:?}", doc.text);
+    assert_eq!(
+        doc.metadata.get("title").map(String::as_str),
+        Some("Getting started")
+    );
+    assert!(
+        doc.text.starts_with("Intro line"),
+        "BOM dropped: {:?}",
+        doc.text
+    );
     assert!(doc.text.contains("Install it."));
 
     let docs = load_file(dir.path(), "plain.txt").await.unwrap();
@@ -395,7 +447,10 @@ async fn csv_yields_one_document_per_row() {
     );
     let docs = load_file(dir.path(), "stores.csv").await.unwrap();
     let ids: Vec<&str> = docs.iter().map(|d| d.source_id.as_str()).collect();
-    assert_eq!(ids, ["stores.csv#row=1", "stores.csv#row=3", "stores.csv#row=4"]);
+    assert_eq!(
+        ids,
+        ["stores.csv#row=1", "stores.csv#row=3", "stores.csv#row=4"]
+    );
     assert_eq!(
         docs[0].text,
         "City: Lyon\nAddress: 12 rue de la République, 69002\nOpening hours: 9-19"
@@ -482,13 +537,26 @@ async fn html_keeps_readable_text_and_title_only() {
         "Enable JavaScript",
         "template text",
     ] {
-        assert!(!doc.text.contains(removed), "{removed:?} leaked into {:?}", doc.text);
+        assert!(
+            !doc.text.contains(removed),
+            "{removed:?} leaked into {:?}",
+            doc.text
+        );
     }
     let hidden = &doc.metadata["hidden_text"];
     assert!(hidden.contains("Hidden menu entry"), "{hidden}");
-    assert!(hidden.contains("Ignore all previous instructions"), "{hidden}");
-    assert!(hidden.contains("decorative") && hidden.contains("invisible words"), "{hidden}");
-    assert!(!hidden.contains("script text") && !hidden.contains("template text"), "{hidden}");
+    assert!(
+        hidden.contains("Ignore all previous instructions"),
+        "{hidden}"
+    );
+    assert!(
+        hidden.contains("decorative") && hidden.contains("invisible words"),
+        "{hidden}"
+    );
+    assert!(
+        !hidden.contains("script text") && !hidden.contains("template text"),
+        "{hidden}"
+    );
 }
 
 #[test]
@@ -496,8 +564,10 @@ fn html_title_falls_back_to_the_first_h1_and_hidden_text_is_truncated() {
     let source = file_ref("p.html", "/k/p.html".into());
     let long_hidden = "word ".repeat(1_000);
     let raw = RawSource {
-        bytes: format!("<body><h1>Main heading</h1><p>Body.</p><div hidden>{long_hidden}</div></body>")
-            .into_bytes(),
+        bytes: format!(
+            "<body><h1>Main heading</h1><p>Body.</p><div hidden>{long_hidden}</div></body>"
+        )
+        .into_bytes(),
         kind: SourceKind::Html,
         content_type: None,
     };
@@ -524,10 +594,22 @@ async fn pdf_yields_one_document_per_page_with_text() {
     let ids: Vec<&str> = docs.iter().map(|d| d.source_id.as_str()).collect();
     assert_eq!(ids, ["manual.pdf#page=1", "manual.pdf#page=3"]);
     assert!(docs[0].text.contains("Chapter one"), "{:?}", docs[0].text);
-    assert!(docs[0].text.contains("The pump must be primed."), "{:?}", docs[0].text);
+    assert!(
+        docs[0].text.contains("The pump must be primed."),
+        "{:?}",
+        docs[0].text
+    );
     assert!(!docs[0].text.contains("valve"));
-    assert!(docs[1].text.contains("Chapter three (last)"), "{:?}", docs[1].text);
-    assert!(docs[1].text.contains("Check the valve."), "{:?}", docs[1].text);
+    assert!(
+        docs[1].text.contains("Chapter three (last)"),
+        "{:?}",
+        docs[1].text
+    );
+    assert!(
+        docs[1].text.contains("Check the valve."),
+        "{:?}",
+        docs[1].text
+    );
     assert_eq!(docs[1].metadata["page"], "3");
     assert_eq!(docs[1].metadata["pages"], "3");
     assert_eq!(docs[1].loader, "pdf");
@@ -541,7 +623,10 @@ async fn truncated_and_corrupt_pdfs_are_parse_errors() {
         ("half.pdf", pdf[..pdf.len() / 2].to_vec()),
         ("head.pdf", pdf[..40].to_vec()),
         ("no-trailer.pdf", pdf[..pdf.len() - 60].to_vec()),
-        ("garbage.pdf", b"%PDF-1.7\n\x00\x01garbage that is not a pdf".to_vec()),
+        (
+            "garbage.pdf",
+            b"%PDF-1.7\n\x00\x01garbage that is not a pdf".to_vec(),
+        ),
         ("textless.pdf", build_pdf(&["", ""])),
         // Valid structure, but the page selects a font its resources do not define.
         (
@@ -551,7 +636,16 @@ async fn truncated_and_corrupt_pdfs_are_parse_errors() {
     ] {
         write(&dir.path().join(name), &bytes);
         let error = load_file(dir.path(), name).await.unwrap_err();
-        assert!(matches!(error, LoadError::Parse { kind: SourceKind::Pdf, .. }), "{name}: {error}");
+        assert!(
+            matches!(
+                error,
+                LoadError::Parse {
+                    kind: SourceKind::Pdf,
+                    ..
+                }
+            ),
+            "{name}: {error}"
+        );
         assert!(error.to_string().contains(name), "{error}");
     }
 }
@@ -566,7 +660,8 @@ mod http {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    pub const PAGE: &str = "<html><head><title>Remote</title></head><body><p>Remote body.</p></body></html>";
+    pub const PAGE: &str =
+        "<html><head><title>Remote</title></head><body><p>Remote body.</p></body></html>";
 
     pub async fn start() -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -603,15 +698,31 @@ mod http {
             out
         };
         let bytes = match path.as_str() {
-            "/page.html" | "/page" => response("200 OK", "Content-Type: text/html; charset=utf-8\r\n", PAGE.as_bytes()),
-            "/notes" => response("200 OK", "Content-Type: text/markdown\r\n", b"# Notes\nRemote notes."),
-            "/binary" => response("200 OK", "Content-Type: application/octet-stream\r\n", b"\x00\x01"),
+            "/page.html" | "/page" => response(
+                "200 OK",
+                "Content-Type: text/html; charset=utf-8\r\n",
+                PAGE.as_bytes(),
+            ),
+            "/notes" => response(
+                "200 OK",
+                "Content-Type: text/markdown\r\n",
+                b"# Notes\nRemote notes.",
+            ),
+            "/binary" => response(
+                "200 OK",
+                "Content-Type: application/octet-stream\r\n",
+                b"\x00\x01",
+            ),
             "/missing" => response("404 Not Found", "", b"no"),
             "/ftp" => response("302 Found", "Location: ftp://127.0.0.1/file.txt\r\n", b""),
-            "/declared-big" => response("200 OK", "Content-Type: text/plain\r\n", &vec![b'a'; 5_000]),
+            "/declared-big" => {
+                response("200 OK", "Content-Type: text/plain\r\n", &vec![b'a'; 5_000])
+            }
             "/streamed-big" => {
                 // No Content-Length: the limit must be enforced while reading.
-                let mut head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n".to_vec();
+                let mut head =
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+                        .to_vec();
                 head.extend(std::iter::repeat_n(b'b', 5_000));
                 head
             }
@@ -621,7 +732,11 @@ mod http {
             }
             redirect if redirect.starts_with("/r/") => {
                 let remaining: u32 = redirect[3..].parse().unwrap_or(0);
-                let location = if remaining == 0 { "/page".to_string() } else { format!("/r/{}", remaining - 1) };
+                let location = if remaining == 0 {
+                    "/page".to_string()
+                } else {
+                    format!("/r/{}", remaining - 1)
+                };
                 response("302 Found", &format!("Location: {location}\r\n"), b"")
             }
             _ => response("404 Not Found", "", b""),
@@ -656,7 +771,10 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
     let page = url_ref(&format!("{server}/page"));
     let raw = fetch(&page, &settings).await.unwrap();
     assert_eq!(raw.kind, SourceKind::Html);
-    assert_eq!(raw.content_type.as_deref(), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        raw.content_type.as_deref(),
+        Some("text/html; charset=utf-8")
+    );
     let docs = parse(&page, &raw).unwrap();
     assert_eq!(docs[0].source_id, page.id);
     assert_eq!(docs[0].text, "Remote body.");
@@ -665,20 +783,36 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
     assert_eq!(docs[0].metadata["content_type"], "text/html; charset=utf-8");
 
     // The extension in the path wins over the content type.
-    let raw = fetch(&url_ref(&format!("{server}/page.html")), &settings).await.unwrap();
+    let raw = fetch(&url_ref(&format!("{server}/page.html")), &settings)
+        .await
+        .unwrap();
     assert_eq!(raw.kind, SourceKind::Html);
-    let raw = fetch(&url_ref(&format!("{server}/notes")), &settings).await.unwrap();
+    let raw = fetch(&url_ref(&format!("{server}/notes")), &settings)
+        .await
+        .unwrap();
     assert_eq!(raw.kind, SourceKind::Markdown);
 
-    let error = fetch(&url_ref(&format!("{server}/binary")), &settings).await.unwrap_err();
-    assert!(matches!(error, LoadError::UnsupportedContentType { .. }), "{error}");
+    let error = fetch(&url_ref(&format!("{server}/binary")), &settings)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, LoadError::UnsupportedContentType { .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("application/octet-stream"));
 
-    let error = fetch(&url_ref(&format!("{server}/missing")), &settings).await.unwrap_err();
-    assert!(matches!(error, LoadError::HttpStatus { status: 404, .. }), "{error}");
+    let error = fetch(&url_ref(&format!("{server}/missing")), &settings)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, LoadError::HttpStatus { status: 404, .. }),
+        "{error}"
+    );
 
     // Refused when URLs are not allowed, even if handed a URL source directly.
-    let error = fetch(&page, &IngestionSettings::default()).await.unwrap_err();
+    let error = fetch(&page, &IngestionSettings::default())
+        .await
+        .unwrap_err();
     assert!(matches!(error, LoadError::UrlsNotAllowed { .. }), "{error}");
 }
 
@@ -687,9 +821,17 @@ async fn url_size_limit_is_enforced() {
     let server = http::start().await;
     let settings = url_settings();
     for path in ["/declared-big", "/streamed-big"] {
-        let error = fetch(&url_ref(&format!("{server}{path}")), &settings).await.unwrap_err();
-        assert!(matches!(error, LoadError::TooLarge { limit: 1_000, .. }), "{path}: {error}");
-        assert!(error.to_string().contains("rag.ingestion.url_max_bytes"), "{error}");
+        let error = fetch(&url_ref(&format!("{server}{path}")), &settings)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, LoadError::TooLarge { limit: 1_000, .. }),
+            "{path}: {error}"
+        );
+        assert!(
+            error.to_string().contains("rag.ingestion.url_max_bytes"),
+            "{error}"
+        );
     }
 }
 
@@ -698,14 +840,25 @@ async fn url_redirects_are_bounded_and_http_only() {
     let server = http::start().await;
     let settings = url_settings();
     // /r/1 → /r/0 → /page: two redirects, allowed.
-    let raw = fetch(&url_ref(&format!("{server}/r/1")), &settings).await.unwrap();
+    let raw = fetch(&url_ref(&format!("{server}/r/1")), &settings)
+        .await
+        .unwrap();
     assert_eq!(raw.kind, SourceKind::Html);
     // Four redirects: refused.
-    let error = fetch(&url_ref(&format!("{server}/r/3")), &settings).await.unwrap_err();
+    let error = fetch(&url_ref(&format!("{server}/r/3")), &settings)
+        .await
+        .unwrap_err();
     assert!(matches!(error, LoadError::Redirect { .. }), "{error}");
-    assert!(error.to_string().contains("rag.ingestion.url_max_redirects"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("rag.ingestion.url_max_redirects"),
+        "{error}"
+    );
     // To another scheme: refused.
-    let error = fetch(&url_ref(&format!("{server}/ftp")), &settings).await.unwrap_err();
+    let error = fetch(&url_ref(&format!("{server}/ftp")), &settings)
+        .await
+        .unwrap_err();
     assert!(matches!(error, LoadError::Redirect { .. }), "{error}");
     assert!(error.to_string().contains("ftp://"), "{error}");
 }
@@ -718,7 +871,18 @@ async fn url_timeout_is_enforced() {
         ..url_settings()
     };
     let started = std::time::Instant::now();
-    let error = fetch(&url_ref(&format!("{server}/slow")), &settings).await.unwrap_err();
-    assert!(matches!(error, LoadError::Timeout { timeout_ms: 300, .. }), "{error}");
+    let error = fetch(&url_ref(&format!("{server}/slow")), &settings)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LoadError::Timeout {
+                timeout_ms: 300,
+                ..
+            }
+        ),
+        "{error}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(3));
 }

@@ -66,7 +66,8 @@ fn compile(pattern: &str) -> Regex {
     Regex::new(pattern).expect("literal regex")
 }
 
-static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns {
+static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
+    Patterns {
     overrides: [
         // ignore/disregard/forget (all) (the) previous instructions
         r"(?i)\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|each|every|the|your|my|our|these|those|of|everything)\s+){0,3}(?:previous|prior|preceding|above|earlier|former|original|initial|system|existing|old)\s+(?:instructions?|prompts?|rules|directions|directives?|guidelines|commands|context|messages|constraints|restrictions|programming|guidance)\b",
@@ -111,6 +112,7 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns {
     send_data: compile(
         r"(?i)\b(?:send|post|forward|upload|transmit|exfiltrate|leak|submit|report)\b[^.\n]{0,100}?(?:\bconversation\b|\bchat\s+(?:history|log|transcript)\b|\b(?:previous|prior|earlier|all)\s+messages\b|\bmessages\s+above\b|\bsystem\s+prompt\b|\byour\s+instructions\b|\b(?:the\s+)?user'?s\s+(?:data|password|credentials|email|messages|secrets?|api\s+key|token|address|information)\b|\bsecrets\b|\bcredentials\b|\beverything\s+(?:above|you\s+know)\b|\ball\s+(?:the\s+)?(?:data|information)\b)[^.\n]{0,80}?\b(?:to|at|into|via)\s+<?https?://",
     ),
+}
 });
 
 /// What one pass over a text found.
@@ -175,8 +177,7 @@ fn scan(text: &str) -> Findings {
             let Some((_, query)) = url.as_str().split_once('?') else {
                 continue;
             };
-            if patterns.placeholder.is_match(query) || patterns.placeholder_value.is_match(query)
-            {
+            if patterns.placeholder.is_match(query) || patterns.placeholder_value.is_match(query) {
                 push_unique(&mut findings.exfiltration, quote(whole.as_str()));
             }
         }
@@ -190,7 +191,12 @@ fn scan(text: &str) -> Findings {
 /// The family of an invisible character, if it is one.
 fn invisible_class(c: char) -> Option<&'static str> {
     match c {
-        '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{180E}' | '\u{FEFF}'
+        '\u{200B}'
+        | '\u{200C}'
+        | '\u{200D}'
+        | '\u{2060}'
+        | '\u{180E}'
+        | '\u{FEFF}'
         | '\u{2061}'..='\u{2064}' => Some("zero-width"),
         '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => Some("bidi control"),
         '\u{E0000}'..='\u{E007F}' => Some("tag"),
@@ -322,7 +328,8 @@ impl InjectionValidator {
         let has_override = !findings.overrides.is_empty();
         let has_role = !findings.role_markers.is_empty();
         let has_exfiltration = !findings.exfiltration.is_empty();
-        let combined = (has_override && (has_role || has_exfiltration)) || (has_role && has_exfiltration);
+        let combined =
+            (has_override && (has_role || has_exfiltration)) || (has_role && has_exfiltration);
 
         let mut reasons = strong;
         let is_rejected = !reasons.is_empty() || combined;

@@ -24,9 +24,13 @@ pub use quarantine::{QuarantineEntry, QuarantineStore};
 pub enum Verdict {
     Clean,
     /// Ingested and flagged (or dropped, per `rag.ingestion.suspicious_action`).
-    Suspicious { reasons: Vec<String> },
+    Suspicious {
+        reasons: Vec<String>,
+    },
     /// Never ingested: quarantined.
-    Rejected { reasons: Vec<String> },
+    Rejected {
+        reasons: Vec<String>,
+    },
 }
 
 impl Verdict {
@@ -87,12 +91,19 @@ impl Verdict {
 /// Errors of the quarantine store.
 #[derive(Debug, thiserror::Error)]
 pub enum ValidateError {
-    #[error("quarantine store: {action} failed: {source}; check the data directory (disk full, permissions, or another process holding it)")]
+    #[error(
+        "quarantine store: {action} failed: {source}; check the data directory (disk full, permissions, or another process holding it)"
+    )]
     Store {
         action: &'static str,
         #[source]
         source: sled::Error,
     },
-    #[error("quarantine store: the entry `{key}` is corrupt ({reason}); remove it with `remove` or delete the `quarantine` tree")]
+    #[error(
+        "quarantine store: the entry `{key}` is corrupt ({reason}); remove it with `remove` or delete the `quarantine` tree"
+    )]
     Corrupt { key: String, reason: String },
 }
+
+#[cfg(test)]
+mod tests;
