@@ -25,7 +25,7 @@ pub fn parse(source_id: &str, bytes: &[u8]) -> Result<Document, LoadError> {
     let source = decode_utf8(source_id, SourceKind::Html, bytes)?;
     let page = Html::parse_document(source);
     let mut walk = Walk::default();
-    walk.element(page.root_element(), false);
+    walk.run(page.root_element());
 
     let mut metadata = Metadata::new();
     if let Some(title) = walk.title.or(walk.first_h1) {
@@ -55,12 +55,69 @@ struct Walk {
     preformatted: usize,
 }
 
+/// One step of the depth-first walk. The walk keeps its own stack (no recursion), so a page
+/// nested a million levels deep cannot overflow the thread's stack.
+enum Step<'a> {
+    Enter(ElementRef<'a>, bool),
+    Text(&'a str, bool),
+    Leave(Leave),
+}
+
+/// What to do when leaving an element.
+struct Leave {
+    hidden: bool,
+    breaks: u8,
+    heading: Option<(u8, HeadingMark)>,
+    preformatted: bool,
+}
+
 impl Walk {
-    fn element(&mut self, element: ElementRef<'_>, hidden: bool) {
+    fn run(&mut self, root: ElementRef<'_>) {
+        let mut stack = vec![Step::Enter(root, false)];
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Enter(element, parent_hidden) => {
+                    let Some(leave) = self.enter(element, parent_hidden) else {
+                        continue;
+                    };
+                    let hidden = leave.hidden;
+                    stack.push(Step::Leave(leave));
+                    for child in element.children().rev() {
+                        if let Some(child_element) = ElementRef::wrap(child) {
+                            stack.push(Step::Enter(child_element, hidden));
+                        } else if let Some(text) = child.value().as_text() {
+                            stack.push(Step::Text(text, hidden));
+                        }
+                    }
+                }
+                Step::Text(text, hidden) => {
+                    let preformatted = self.preformatted > 0;
+                    let writer = self.writer(hidden);
+                    if preformatted {
+                        writer.preformatted(text);
+                    } else {
+                        writer.text(text);
+                    }
+                }
+                Step::Leave(leave) => self.leave(leave),
+            }
+        }
+    }
+
+    fn writer(&mut self, hidden: bool) -> &mut TextWriter {
+        if hidden {
+            &mut self.hidden
+        } else {
+            &mut self.visible
+        }
+    }
+
+    /// Opens an element; `None` when its content is skipped entirely.
+    fn enter(&mut self, element: ElementRef<'_>, parent_hidden: bool) -> Option<Leave> {
         let name = element.value().name();
         match name {
             "script" | "style" | "noscript" | "template" | "svg" | "canvas" | "iframe"
-            | "object" | "embed" => return,
+            | "object" | "embed" => return None,
             "title" => {
                 if self.title.is_none() {
                     let title = collapse_whitespace(&element.text().collect::<String>());
@@ -68,11 +125,11 @@ impl Walk {
                         self.title = Some(title);
                     }
                 }
-                return;
+                return None;
             }
             _ => {}
         }
-        let hidden = hidden || is_hidden(element);
+        let hidden = parent_hidden || is_hidden(element);
         let heading_level = match name {
             "h1" => Some(1),
             "h2" => Some(2),
@@ -83,12 +140,11 @@ impl Walk {
             _ => None,
         };
         let breaks = block_breaks(name);
-
-        let writer = if hidden {
-            &mut self.hidden
-        } else {
-            &mut self.visible
-        };
+        let preformatted = name == "pre";
+        if preformatted {
+            self.preformatted += 1;
+        }
+        let writer = self.writer(hidden);
         if breaks > 0 {
             writer.block(breaks);
         }
@@ -97,44 +153,32 @@ impl Walk {
             "td" | "th" => writer.cell(),
             _ => {}
         }
-        let heading = heading_level.map(|level| writer.begin_heading(level));
-        if name == "pre" {
-            self.preformatted += 1;
-        }
+        let heading = heading_level.map(|level| (level, writer.begin_heading(level)));
+        Some(Leave {
+            hidden,
+            breaks,
+            heading,
+            preformatted,
+        })
+    }
 
-        for child in element.children() {
-            if let Some(child_element) = ElementRef::wrap(child) {
-                self.element(child_element, hidden);
-            } else if let Some(text) = child.value().as_text() {
-                let writer = if hidden {
-                    &mut self.hidden
-                } else {
-                    &mut self.visible
-                };
-                if self.preformatted > 0 {
-                    writer.preformatted(text);
-                } else {
-                    writer.text(text);
-                }
-            }
-        }
-
-        if name == "pre" {
+    fn leave(&mut self, leave: Leave) {
+        if leave.preformatted {
             self.preformatted -= 1;
         }
-        let writer = if hidden {
-            &mut self.hidden
-        } else {
-            &mut self.visible
-        };
-        if let Some(heading) = heading {
-            let text = writer.end_heading(heading);
-            if heading_level == Some(1) && !hidden && self.first_h1.is_none() && !text.is_empty() {
-                self.first_h1 = Some(text);
-            }
+        let writer = self.writer(leave.hidden);
+        let heading = leave
+            .heading
+            .map(|(level, mark)| (level, writer.end_heading(mark)));
+        if leave.breaks > 0 {
+            writer.block(leave.breaks);
         }
-        if breaks > 0 {
-            writer.block(breaks);
+        if let Some((1, text)) = heading
+            && !leave.hidden
+            && self.first_h1.is_none()
+            && !text.is_empty()
+        {
+            self.first_h1 = Some(text);
         }
     }
 }
@@ -264,10 +308,10 @@ impl TextWriter {
         self.out.push_str(text);
     }
 
-    fn begin_heading(&mut self, level: usize) -> HeadingMark {
+    fn begin_heading(&mut self, level: u8) -> HeadingMark {
         let before = self.out.len();
         self.flush_pending();
-        self.out.push_str(&"#".repeat(level));
+        self.out.push_str(&"#".repeat(usize::from(level)));
         self.out.push(' ');
         HeadingMark {
             before,

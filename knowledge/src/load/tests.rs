@@ -579,6 +579,24 @@ fn html_title_falls_back_to_the_first_h1_and_hidden_text_is_truncated() {
     assert!(hidden.ends_with('…'));
 }
 
+#[test]
+fn deeply_nested_html_does_not_overflow_the_stack() {
+    let depth = 20_000;
+    let mut page = String::from("<html><body>");
+    page.push_str(&"<div>".repeat(depth));
+    page.push_str("deep text");
+    page.push_str(&"</div>".repeat(depth));
+    page.push_str("</body></html>");
+    let source = file_ref("deep.html", "/k/deep.html".into());
+    let raw = RawSource {
+        bytes: page.into_bytes(),
+        kind: SourceKind::Html,
+        content_type: None,
+    };
+    let docs = parse(&source, &raw).unwrap();
+    assert_eq!(docs[0].text, "deep text");
+}
+
 // ---------------------------------------------------------------- pdf
 
 #[tokio::test]

@@ -70,7 +70,10 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
     Patterns {
     overrides: [
         // ignore/disregard/forget (all) (the) previous instructions
-        r"(?i)\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|each|every|the|your|my|our|these|those|of|everything)\s+){0,3}(?:previous|prior|preceding|above|earlier|former|original|initial|system|existing|old)\s+(?:instructions?|prompts?|rules|directions|directives?|guidelines|commands|context|messages|constraints|restrictions|programming|guidance)\b",
+        r"(?i)\b(?:ignore|disregard|forget)\s+(?:(?:all|any|each|every|the|your|my|our|these|those|of|everything)\s+){0,3}(?:previous|prior|preceding|above|earlier|former|original|initial|system|old)\s+(?:instructions?|prompts?|rules|directions|directives?|guidelines|commands|context|messages|constraints|restrictions|programming|guidance)\b",
+        // override/bypass: only with "previous"-like words ("override the system prompt" is
+        // ordinary configuration talk)
+        r"(?i)\b(?:override|bypass)\s+(?:(?:all|any|the|your|these|those|of)\s+){0,3}(?:previous|prior|preceding|above|earlier|original|initial)\s+(?:instructions?|prompts?|rules|directions|directives?|guidelines)\b",
         // disregard the above (at the end of a clause)
         r"(?im)\b(?:ignore|disregard|forget)\s+(?:(?:all|everything|anything)\s+)?(?:(?:the|that|what\s+is|what's)\s+)?(?:above|preceding|said\s+above|written\s+above)(?:\s*[.,;:!]|\s*$|\s+and\b)",
         r"(?i)\b(?:stop|do\s+not|don't|never)\s+follow(?:ing)?\s+(?:the|your|any|those|these)\s+(?:previous|prior|above|original|system|earlier)\s+(?:instructions|rules|guidelines|directions)\b",
@@ -215,15 +218,17 @@ struct Invisible {
 }
 
 fn find_invisible(text: &str) -> Invisible {
-    let chars: Vec<char> = text.chars().collect();
     let mut out = Invisible {
         count: 0,
         first: None,
         stripped: String::with_capacity(text.len()),
         smuggled: String::new(),
     };
+    let mut previous: Option<char> = None;
+    let mut chars = text.chars().enumerate().peekable();
     let mut in_emoji_tag_sequence = false;
-    for (index, &c) in chars.iter().enumerate() {
+    while let Some((index, c)) = chars.next() {
+        let before = previous.replace(c);
         let Some(class) = invisible_class(c) else {
             in_emoji_tag_sequence = false;
             out.stripped.push(c);
@@ -231,7 +236,7 @@ fn find_invisible(text: &str) -> Invisible {
         };
         if class == "tag" {
             // Subdivision flags: U+1F3F4 followed by tag letters and U+E007F.
-            if index > 0 && chars[index - 1] == '\u{1F3F4}' {
+            if before == Some('\u{1F3F4}') {
                 in_emoji_tag_sequence = true;
             }
             if in_emoji_tag_sequence {
@@ -245,8 +250,7 @@ fn find_invisible(text: &str) -> Invisible {
         let counts = match c {
             // Joiners are legitimate in emoji and in many scripts; suspicious inside Latin words.
             '\u{200C}' | '\u{200D}' => {
-                let before = index.checked_sub(1).and_then(|i| chars.get(i));
-                let after = chars.get(index + 1);
+                let after = chars.peek().map(|&(_, a)| a);
                 before.is_some_and(|b| b.is_ascii_alphanumeric())
                     && after.is_some_and(|a| a.is_ascii_alphanumeric())
             }

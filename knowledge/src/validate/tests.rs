@@ -146,6 +146,8 @@ fn clean_prose_is_clean() {
         "Send your feedback to https://example.com/feedback and we will answer.",
         "Send a POST request with your token to https://api.example.com/v1/items.",
         "The system prompt is configured in rag.generation.system_prompt.",
+        "You can override the system prompt and bypass the default rules in config.yaml.",
+        "Skip the previous rules section if you already know the game.",
         "### System requirements\n\nLinux or macOS.",
         "System: Ubuntu 22.04\nMemory: 8 GB",
         "![build](https://img.shields.io/badge/build-passing-green?style=flat&logo=rust)",
