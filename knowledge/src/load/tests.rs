@@ -59,6 +59,12 @@ pub(crate) fn build_pdf(pages: &[&str]) -> Vec<u8> {
             content.len()
         ));
     }
+    assemble_pdf(&objects)
+}
+
+/// A PDF file from object bodies (object `i + 1` is `objects[i]`, object 1 the catalog), with
+/// a correct cross-reference table.
+pub(crate) fn assemble_pdf(objects: &[String]) -> Vec<u8> {
     let mut pdf = b"%PDF-1.4\n%\xE2\xE3\xCF\xD3\n".to_vec();
     let mut offsets = Vec::new();
     for (i, object) in objects.iter().enumerate() {
@@ -80,6 +86,42 @@ pub(crate) fn build_pdf(pages: &[&str]) -> Vec<u8> {
         .as_bytes(),
     );
     pdf
+}
+
+fn stream(dict: &str, content: &str) -> String {
+    format!(
+        "<< {dict} /Length {} >>\nstream\n{content}\nendstream",
+        content.len()
+    )
+}
+
+/// One page drawing the form XObject 5 (`/X1`); `forms` are objects 5, 6, … and may draw
+/// `/X1`…`/Xn` through the page's resources.
+fn pdf_with_forms(forms: &[&str]) -> Vec<u8> {
+    let xobjects: Vec<String> = (0..forms.len())
+        .map(|i| format!("/X{} {} 0 R", i + 1, 5 + i))
+        .collect();
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+        format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> /XObject << {} >> >> /Contents {} 0 R >>",
+            xobjects.join(" "),
+            5 + forms.len()
+        ),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    ];
+    for content in forms {
+        objects.push(stream(
+            "/Type /XObject /Subtype /Form /BBox [0 0 612 792]",
+            content,
+        ));
+    }
+    objects.push(stream(
+        "",
+        "BT /F1 12 Tf 72 700 Td (Page text) Tj ET /X1 Do",
+    ));
+    assemble_pdf(&objects)
 }
 
 /// `bytes` with every `from` replaced by `to` (same length, so PDF offsets stay valid).
@@ -666,6 +708,58 @@ async fn truncated_and_corrupt_pdfs_are_parse_errors() {
         );
         assert!(error.to_string().contains(name), "{error}");
     }
+}
+
+#[test]
+fn self_drawing_and_exploding_form_xobjects_are_refused() {
+    let source = file_ref("forms.pdf", "/k/forms.pdf".into());
+    let parse_pdf = |bytes: Vec<u8>| {
+        parse(
+            &source,
+            &RawSource {
+                bytes,
+                kind: SourceKind::Pdf,
+                content_type: None,
+            },
+        )
+    };
+
+    // A well-behaved form is drawn: its text is part of the page.
+    let docs = parse_pdf(pdf_with_forms(&[
+        "BT /F1 12 Tf 72 600 Td (Form text) Tj ET",
+    ]))
+    .unwrap();
+    assert!(
+        docs[0].text.contains("Page text") && docs[0].text.contains("Form text"),
+        "{:?}",
+        docs[0].text
+    );
+
+    // X1 draws X2 which draws X1: pdf-extract would recurse until the stack overflows.
+    let error = parse_pdf(pdf_with_forms(&["/X2 Do", "/X1 Do"])).unwrap_err();
+    assert!(matches!(error, LoadError::Parse { .. }), "{error}");
+    assert!(error.to_string().contains("draws itself"), "{error}");
+
+    // Each of 20 forms draws the next one twice: 2^20 drawings.
+    let exploding: Vec<String> = (2..=20)
+        .map(|n| format!("/X{n} Do /X{n} Do"))
+        .chain(["BT ET".to_string()])
+        .collect();
+    let exploding: Vec<&str> = exploding.iter().map(String::as_str).collect();
+    let error = parse_pdf(pdf_with_forms(&exploding)).unwrap_err();
+    assert!(error.to_string().contains("drawings (limit"), "{error}");
+
+    // A chain deeper than the limit.
+    let chain: Vec<String> = (2..=40)
+        .map(|n| format!("/X{n} Do"))
+        .chain(["BT ET".to_string()])
+        .collect();
+    let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let error = parse_pdf(pdf_with_forms(&chain)).unwrap_err();
+    assert!(
+        error.to_string().contains("nested more than 32 deep"),
+        "{error}"
+    );
 }
 
 // ---------------------------------------------------------------- URLs
