@@ -5,3 +5,4 @@
 //! other workspace crate.
 
 pub mod ports;
+pub mod spec;
