@@ -4,5 +4,6 @@
 //! engine, the process engines, and the ports other crates implement ([`ports`]). Depends on no
 //! other workspace crate.
 
+pub mod graph;
 pub mod ports;
 pub mod spec;
