@@ -56,7 +56,12 @@ async fn conditional_edge_routes_on_the_state() {
             .add_node("even", record("even"))
             .add_node("odd", record("odd"))
             .add_conditional_edge("classify", |s: &Trail| {
-                if s.counter % 2 == 0 { "even" } else { "odd" }.to_string()
+                if s.counter.is_multiple_of(2) {
+                    "even"
+                } else {
+                    "odd"
+                }
+                .to_string()
             })
             .add_edge("even", END)
             .add_edge("odd", END);
