@@ -6,4 +6,5 @@
 
 pub mod graph;
 pub mod ports;
+pub mod run;
 pub mod spec;
