@@ -237,6 +237,14 @@ fn rejects_missing_required_fields() {
 }
 
 #[test]
+fn a_missing_top_level_section_is_located() {
+    let text = "name: x\nagents:\n  a: { role: r, goal: g }\n";
+    let err = parse_err(text);
+    assert_eq!(err.message, "missing field 'tasks'");
+    assert!(err.line.is_some() && err.column.is_some(), "{err}");
+}
+
+#[test]
 fn rejects_empty_agents_and_tasks() {
     let text =
         "agents: {}\ntasks:\n  - { name: t, agent: a, description: d, expected_output: o }\n";
