@@ -7,6 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod collection_tree;
+mod layout;
+
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
 
 /// One source's entry in a collection's incremental manifest (also its provenance record).
