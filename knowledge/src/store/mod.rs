@@ -7,7 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod bm25;
 mod collection_tree;
+mod index_stamp;
 mod layout;
 
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
