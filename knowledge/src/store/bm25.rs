@@ -29,7 +29,8 @@ const WRITER_MEMORY_BYTES: usize = 32 * 1024 * 1024;
 pub struct Bm25Index {
     dir: PathBuf,
     index: Index,
-    writer: IndexWriter,
+    /// `None` once [`close`](Self::close)d.
+    writer: Option<IndexWriter>,
     reader: IndexReader,
     chunk_id: Field,
     source_id: Field,
@@ -83,7 +84,7 @@ impl Bm25Index {
         Ok(Self {
             dir: dir.to_path_buf(),
             index,
-            writer,
+            writer: Some(writer),
             reader,
             chunk_id,
             source_id,
@@ -100,26 +101,48 @@ impl Bm25Index {
         Ok(metas.payload.and_then(|payload| payload.parse().ok()))
     }
 
+    fn writer(&mut self) -> Result<&mut IndexWriter, StoreError> {
+        self.writer.as_mut().ok_or_else(|| {
+            io_error(
+                &self.dir,
+                "the index is closed (its collection was dropped)",
+            )
+        })
+    }
+
+    /// Stops the writer (waiting for its merges) so the index folder can be removed.
+    pub fn close(&mut self) {
+        if let Some(writer) = self.writer.take()
+            && let Err(error) = writer.wait_merging_threads()
+        {
+            warn!(dir = %self.dir.display(), %error, "BM25 merge threads failed while closing");
+        }
+    }
+
     fn add_chunks(&mut self, chunks: &[StoredChunk]) -> Result<(), StoreError> {
+        let (chunk_id, source_id, text) = (self.chunk_id, self.source_id, self.text);
+        let dir = self.dir.clone();
+        let writer = self.writer()?;
         for chunk in chunks {
-            self.writer
+            writer
                 .add_document(doc!(
-                    self.chunk_id => chunk.id.as_str(),
-                    self.source_id => chunk.source_id.as_str(),
-                    self.text => chunk.text.as_str(),
+                    chunk_id => chunk.id.as_str(),
+                    source_id => chunk.source_id.as_str(),
+                    text => chunk.text.as_str(),
                 ))
-                .map_err(|e| io_error(&self.dir, &format!("indexing chunk '{}': {e}", chunk.id)))?;
+                .map_err(|e| io_error(&dir, &format!("indexing chunk '{}': {e}", chunk.id)))?;
         }
         Ok(())
     }
 
     fn commit(&mut self, stamp: IndexStamp) -> Result<(), StoreError> {
-        let result = self.writer.prepare_commit().and_then(|mut prepared| {
+        let writer = self.writer()?;
+        let result = writer.prepare_commit().and_then(|mut prepared| {
             prepared.set_payload(&stamp.to_string());
             prepared.commit()
         });
         if let Err(error) = result {
-            if let Err(rollback) = self.writer.rollback() {
+            if let Err(rollback) = writer.rollback() {
                 warn!(dir = %self.dir.display(), %rollback, "BM25 rollback failed");
             }
             return Err(io_error(&self.dir, &format!("committing: {error}")));
@@ -136,24 +159,25 @@ impl Bm25Index {
         chunks: &[StoredChunk],
         stamp: IndexStamp,
     ) -> Result<(), StoreError> {
-        self.writer
-            .delete_term(Term::from_field_text(self.source_id, source_id));
+        let term = Term::from_field_text(self.source_id, source_id);
+        self.writer()?.delete_term(term);
         self.add_chunks(chunks)?;
         self.commit(stamp)
     }
 
     /// Removes a source's documents and commits with `stamp`.
     pub fn delete_source(&mut self, source_id: &str, stamp: IndexStamp) -> Result<(), StoreError> {
-        self.writer
-            .delete_term(Term::from_field_text(self.source_id, source_id));
+        let term = Term::from_field_text(self.source_id, source_id);
+        self.writer()?.delete_term(term);
         self.commit(stamp)
     }
 
     /// Replaces the whole index by `chunks` and commits with `stamp`.
     pub fn rebuild(&mut self, chunks: &[StoredChunk], stamp: IndexStamp) -> Result<(), StoreError> {
-        self.writer
+        let dir = self.dir.clone();
+        self.writer()?
             .delete_all_documents()
-            .map_err(|e| io_error(&self.dir, &format!("clearing: {e}")))?;
+            .map_err(|e| io_error(&dir, &format!("clearing: {e}")))?;
         self.add_chunks(chunks)?;
         self.commit(stamp)
     }

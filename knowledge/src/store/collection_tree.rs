@@ -43,10 +43,6 @@ impl CollectionTree {
         }
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     fn io(&self, context: &str, error: sled::Error) -> StoreError {
         StoreError::Io(format!("collection '{}': {context}: {error}", self.name))
     }
