@@ -69,12 +69,15 @@ pub enum StoreError {
     },
     #[error("invalid collection name '{0}': use letters, digits, '-', '_' and '.' (max 128)")]
     InvalidName(String),
+    /// A `replace_source` call whose chunks do not fit its record or the collection (wrong
+    /// source, wrong vector dimension, duplicated id, chunk ids not matching the record).
     #[error("collection '{collection}', source '{source_id}': {reason}")]
     InvalidBatch {
         collection: String,
         source_id: String,
         reason: String,
     },
+    /// A search lacking what its mode needs, or with a query vector of the wrong dimension.
     #[error("search in collection '{collection}': {reason}")]
     InvalidRequest { collection: String, reason: String },
     #[error("store I/O failed: {0}")]

@@ -243,9 +243,12 @@ mod tests {
         found as f64 / (queries * 10) as f64
     }
 
+    /// The always-on variant. Small because instant-distance's generic code is compiled at this
+    /// crate's opt-level: ~10 s here in a debug build, where the same code at opt-level 2 builds
+    /// a 20,000 x 64 graph in ~35 s.
     #[test]
-    fn hnsw_recall_at_10_on_2k_random_32_dim_vectors() {
-        let recall = hnsw_recall_at_10(2_000, 32, 200);
+    fn hnsw_recall_at_10_on_1k_random_32_dim_vectors() {
+        let recall = hnsw_recall_at_10(1_000, 32, 200);
         eprintln!("recall@10 = {recall:.4}");
         assert!(recall >= 0.98, "recall@10 {recall} < 0.98");
     }
