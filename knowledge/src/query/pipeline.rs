@@ -116,7 +116,8 @@ impl StagedRagPipeline {
         collection: &str,
         text: &str,
         k: usize,
-    ) -> Result<Vec<ScoredChunk>, QueryError> {
+    ) -> Result<(Vec<ScoredChunk>, f64, f64), QueryError> {
+        let embed_started = Instant::now();
         let vector = self
             .deps
             .embedder
@@ -126,6 +127,7 @@ impl StagedRagPipeline {
                 stage: "retrieve".into(),
                 source,
             })?;
+        let embed_ms = ms(embed_started);
         let request = SearchRequest {
             mode: if self.options.retrieval.hybrid {
                 SearchMode::Hybrid
@@ -139,16 +141,22 @@ impl StagedRagPipeline {
         };
         let store = self.deps.store.clone();
         let name = collection.to_string();
-        tokio::task::spawn_blocking(move || store.search(&name, &request))
-            .await
-            .map_err(|e| QueryError::Internal {
-                stage: "retrieve".into(),
-                reason: format!("search task failed: {e}"),
-            })?
-            .map_err(|source| QueryError::Store {
-                collection: collection.to_string(),
-                source,
-            })
+        // Timed inside the blocking task: the search itself, not the wait for a thread.
+        let (result, search_ms) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let result = store.search(&name, &request);
+            (result, ms(started))
+        })
+        .await
+        .map_err(|e| QueryError::Internal {
+            stage: "retrieve".into(),
+            reason: format!("search task failed: {e}"),
+        })?;
+        let found = result.map_err(|source| QueryError::Store {
+            collection: collection.to_string(),
+            source,
+        })?;
+        Ok((found, embed_ms, search_ms))
     }
 
     /// Stages 1–5.
@@ -211,7 +219,10 @@ impl StagedRagPipeline {
         let searches = texts
             .iter()
             .map(|text| self.search_one(&q.collection, text, candidate_k));
-        let mut rankings = try_join_all(searches).await?;
+        let searched = try_join_all(searches).await?;
+        let embed_ms: f64 = searched.iter().map(|(_, e, _)| e).sum();
+        let search_ms: f64 = searched.iter().map(|(_, _, s)| s).sum();
+        let mut rankings: Vec<Vec<ScoredChunk>> = searched.into_iter().map(|(r, _, _)| r).collect();
         let mut below_floor = 0usize;
         if let Some(floor) = o.retrieval.min_score {
             for ranking in &mut rankings {
@@ -237,6 +248,8 @@ impl StagedRagPipeline {
                 "min_score": o.retrieval.min_score,
                 "below_min_score": below_floor,
                 "embedder": self.deps.embedder.profile().model,
+                "embed_ms": embed_ms,
+                "search_ms": search_ms,
             }),
         );
 
