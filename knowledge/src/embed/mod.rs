@@ -6,7 +6,26 @@
 
 use std::sync::Arc;
 
+pub mod cross_encoder;
+pub mod fetch;
+pub mod models;
+pub mod onnx;
+pub mod openai;
+pub mod runtime;
+#[cfg(test)]
+mod scripted_http;
+mod session_pool;
 pub mod tokenizer;
+
+pub use cross_encoder::CrossEncoder;
+pub use fetch::FetchProgress;
+pub use models::{
+    CATALOGUE, ModelKind, ModelSource, ModelSpec, ModelStatus, Pooling, fetch_all, model_status,
+    resolve_model,
+};
+pub use onnx::OnnxEmbedder;
+pub use openai::OpenAiEmbedder;
+pub use runtime::{cache_dir, ensure_runtime};
 
 use async_trait::async_trait;
 
@@ -58,5 +77,65 @@ pub trait Embedder: Send + Sync {
     /// Cumulative counters.
     fn stats(&self) -> EmbedStats {
         EmbedStats::default()
+    }
+}
+
+/// The embedder `embeddings.provider` names: `onnx` resolves `embeddings.model` (fetching it
+/// if needed) and loads it locally; `openai` talks to the configured endpoint.
+pub fn build_embedder(
+    settings: &crate::settings::EmbeddingSettings,
+) -> Result<Arc<dyn Embedder>, EmbedError> {
+    match settings.provider.as_str() {
+        "onnx" => {
+            let dir = resolve_model(&settings.model, settings, None)?;
+            Ok(Arc::new(OnnxEmbedder::load(&dir, settings)?))
+        }
+        "openai" => Ok(Arc::new(OpenAiEmbedder::for_settings(settings)?)),
+        other => Err(EmbedError::Setup(format!(
+            "unknown embeddings.provider {other:?}; known providers: [\"onnx\", \"openai\"]"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::EmbeddingSettings;
+
+    #[test]
+    fn build_embedder_follows_the_provider_setting() {
+        let unknown = EmbeddingSettings {
+            provider: "tfidf".into(),
+            ..EmbeddingSettings::default()
+        };
+        let err = build_embedder(&unknown).err().expect("unknown provider");
+        assert!(
+            err.to_string()
+                .contains(r#"known providers: ["onnx", "openai"]"#),
+            "{err}"
+        );
+
+        let local = EmbeddingSettings {
+            model: "all-MiniLM-L6-v2".into(),
+            models_dir: Some(onnx::tests::shared_models()),
+            ..EmbeddingSettings::default()
+        };
+        let embedder = build_embedder(&local).expect("onnx embedder");
+        assert_eq!(
+            embedder.profile().to_string(),
+            "onnx:all-MiniLM-L6-v2 (384 dims)"
+        );
+
+        let mut remote = EmbeddingSettings {
+            provider: "openai".into(),
+            ..EmbeddingSettings::default()
+        };
+        remote.openai.api_key_env = "ORKEON_TEST_SURELY_UNSET_KEY_VARIABLE".into();
+        let err = build_embedder(&remote).err().expect("missing key");
+        assert!(
+            err.to_string()
+                .contains("ORKEON_TEST_SURELY_UNSET_KEY_VARIABLE"),
+            "{err}"
+        );
     }
 }

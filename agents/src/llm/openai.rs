@@ -1,0 +1,830 @@
+//! The OpenAI-compatible chat-completions client (`POST {base_url}/chat/completions`) over
+//! reqwest: bearer key from a named environment variable, JSON mode, tool calls, per-call
+//! timeouts, retries with exponential backoff and jitter, and SSE streaming.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{Stream, StreamExt};
+use orkeon_crews::ports::{
+    ChatError, ChatMessage, ChatModel, ChatRequest, ChatResponse, Role, ToolCall, Usage,
+};
+use serde_json::{Value, json};
+
+use super::OpenAiChatSettings;
+
+/// First retry delay; doubles per attempt up to [`MAX_BACKOFF`], then jittered to 50–100 %.
+const BASE_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+/// A `Retry-After` longer than this is ignored in favour of the computed backoff.
+const MAX_HONOURED_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Error bodies are quoted up to this many characters.
+const MAX_ERROR_BODY: usize = 2_000;
+
+/// An OpenAI-compatible chat model.
+pub struct OpenAiChatModel {
+    client: reqwest::Client,
+    endpoint: String,
+    model: String,
+    api_key: Option<String>,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+    timeout: Duration,
+    max_retries: u32,
+    json_mode: bool,
+    label: Option<String>,
+}
+
+impl std::fmt::Debug for OpenAiChatModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiChatModel")
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failed attempt and whether another one may succeed.
+struct AttemptFailure {
+    error: ChatError,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+impl AttemptFailure {
+    fn transport(error: reqwest::Error) -> Self {
+        Self {
+            error: ChatError::Transport(error_chain(&error)),
+            retryable: true,
+            retry_after: None,
+        }
+    }
+}
+
+impl OpenAiChatModel {
+    /// Reads the API key from the environment variable the settings name (never logged).
+    pub fn new(settings: &OpenAiChatSettings) -> Result<Self, ChatError> {
+        if settings.model.trim().is_empty() {
+            return Err(ChatError::NotConfigured(
+                "`llm.openai.model` is empty; set the model name the endpoint serves".to_owned(),
+            ));
+        }
+        let base = settings.base_url.trim().trim_end_matches('/');
+        let url = reqwest::Url::parse(base).map_err(|e| {
+            ChatError::NotConfigured(format!(
+                "`llm.openai.base_url` {base:?} is not a URL ({e}); use e.g. https://api.openai.com/v1"
+            ))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ChatError::NotConfigured(format!(
+                "`llm.openai.base_url` {base:?} must be an http or https URL"
+            )));
+        }
+        let env_name = settings.api_key_env.trim();
+        let api_key = if env_name.is_empty() {
+            None
+        } else {
+            match std::env::var(env_name) {
+                Ok(key) if !key.trim().is_empty() => Some(key.trim().to_owned()),
+                _ => {
+                    return Err(ChatError::NotConfigured(format!(
+                        "the environment variable {env_name} (named by `llm.openai.api_key_env`) is \
+                         not set or empty; export it with the provider's API key, or set \
+                         `llm.openai.api_key_env: \"\"` for an endpoint that needs no key"
+                    )));
+                }
+            }
+        };
+        let timeout = Duration::from_millis(settings.timeout_ms.max(1));
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| ChatError::Transport(format!("HTTP client setup failed: {e}")))?;
+        Ok(Self {
+            client,
+            endpoint: format!("{base}/chat/completions"),
+            model: settings.model.trim().to_owned(),
+            api_key,
+            temperature: settings.temperature,
+            max_tokens: settings.max_tokens,
+            timeout,
+            max_retries: settings.max_retries,
+            json_mode: settings.json_mode,
+            label: settings
+                .label
+                .as_deref()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        })
+    }
+
+    /// The label of answers from `model` (the label setting wins).
+    fn answer_label(&self, model: &str) -> String {
+        match &self.label {
+            Some(label) => label.clone(),
+            None => format!("openai:{model}"),
+        }
+    }
+
+    fn timeout_ms(&self) -> u64 {
+        u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The JSON body of a chat-completions request.
+    fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages.iter().map(message_json).collect::<Vec<_>>(),
+            "stream": stream,
+        });
+        if let Some(t) = request.temperature.or(self.temperature) {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = request.max_tokens.or(self.max_tokens) {
+            body["max_tokens"] = json!(m);
+        }
+        if request.json_mode {
+            if self.json_mode {
+                body["response_format"] = json!({"type": "json_object"});
+            } else {
+                tracing::debug!(
+                    model = %self.model,
+                    "JSON mode requested but disabled by llm.openai.json_mode; sending a plain request"
+                );
+            }
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = Value::Array(
+                request
+                    .tools
+                    .iter()
+                    .map(|t| {
+                        json!({"type": "function", "function": {
+                            "name": t.name, "description": t.description, "parameters": t.parameters
+                        }})
+                    })
+                    .collect(),
+            );
+        }
+        body
+    }
+
+    /// Runs `attempt` (each run bounded by the timeout), retrying retryable failures with
+    /// backoff up to `max_retries` times.
+    async fn with_retries<T, F, Fut>(&self, mut run_attempt: F) -> Result<T, ChatError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, AttemptFailure>>,
+    {
+        let mut attempt: u32 = 0;
+        loop {
+            let failure = match tokio::time::timeout(self.timeout, run_attempt()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(failure)) => failure,
+                Err(_) => AttemptFailure {
+                    error: ChatError::Timeout(self.timeout_ms()),
+                    retryable: true,
+                    retry_after: None,
+                },
+            };
+            if !failure.retryable || attempt >= self.max_retries {
+                if attempt > 0 {
+                    tracing::warn!(
+                        model = %self.model,
+                        attempts = attempt + 1,
+                        error = %failure.error,
+                        "LLM call failed after retries"
+                    );
+                }
+                return Err(failure.error);
+            }
+            let delay = failure
+                .retry_after
+                .filter(|d| *d <= MAX_HONOURED_RETRY_AFTER)
+                .unwrap_or_else(|| backoff_delay(attempt));
+            tracing::warn!(
+                model = %self.model,
+                attempt = attempt + 1,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                error = %failure.error,
+                "LLM call failed; retrying"
+            );
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    async fn send_once(&self, body: &Value) -> Result<reqwest::Response, AttemptFailure> {
+        let mut builder = self.client.post(&self.endpoint).json(body);
+        if let Some(key) = &self.api_key {
+            builder = builder.bearer_auth(key);
+        }
+        let response = builder.send().await.map_err(AttemptFailure::transport)?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after = retry_after(response.headers());
+        let text = response.text().await.unwrap_or_default();
+        Err(AttemptFailure {
+            error: ChatError::Status {
+                status: status.as_u16(),
+                body: truncate(&text, MAX_ERROR_BODY),
+            },
+            retryable: status.as_u16() == 429 || status.is_server_error(),
+            retry_after,
+        })
+    }
+
+    /// Streams the answer's text deltas (server-sent events). The connection is retried like
+    /// [`ChatModel::chat`]; once streaming, each chunk must arrive within the timeout.
+    pub async fn chat_stream(
+        &self,
+        request: ChatRequest,
+    ) -> Result<impl Stream<Item = Result<String, ChatError>> + Send + use<>, ChatError> {
+        let body = self.request_body(&request, true);
+        let response = self.with_retries(|| self.send_once(&body)).await?;
+        let state = SseState {
+            bytes: Box::pin(
+                response
+                    .bytes_stream()
+                    .map(|chunk| chunk.map(|b| b.to_vec())),
+            ),
+            buffer: Vec::new(),
+            pending: VecDeque::new(),
+            done: false,
+            idle_timeout: self.timeout,
+        };
+        Ok(futures::stream::unfold(state, next_delta))
+    }
+}
+
+#[async_trait]
+impl ChatModel for OpenAiChatModel {
+    fn name(&self) -> String {
+        self.answer_label(&self.model)
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ChatError> {
+        let body = self.request_body(&request, false);
+        let started = std::time::Instant::now();
+        // One attempt is the request and its body, bounded together by the timeout.
+        let value = self
+            .with_retries(|| async {
+                let response = self.send_once(&body).await?;
+                response.json::<Value>().await.map_err(|e| {
+                    if e.is_decode() {
+                        AttemptFailure {
+                            error: ChatError::InvalidResponse(format!(
+                                "the body from {} is not JSON: {e}",
+                                self.endpoint
+                            )),
+                            retryable: false,
+                            retry_after: None,
+                        }
+                    } else {
+                        AttemptFailure::transport(e)
+                    }
+                })
+            })
+            .await?;
+        let response = parse_completion(&value, &self.model).map(|(mut r, model)| {
+            r.model = self.answer_label(&model);
+            r
+        })?;
+        tracing::debug!(
+            model = %response.model,
+            prompt_tokens = response.usage.prompt_tokens,
+            completion_tokens = response.usage.completion_tokens,
+            tool_calls = response.tool_calls.len(),
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "LLM call answered"
+        );
+        Ok(response)
+    }
+}
+
+fn message_json(message: &ChatMessage) -> Value {
+    let role = match message.role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    let mut value = json!({"role": role, "content": message.content});
+    if !message.tool_calls.is_empty() {
+        if message.content.is_empty() {
+            value["content"] = Value::Null;
+        }
+        value["tool_calls"] = Value::Array(
+            message
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect(),
+        );
+    }
+    if let Some(id) = &message.tool_call_id {
+        value["tool_call_id"] = json!(id);
+    }
+    value
+}
+
+/// Reads a chat-completion body: the first choice's content and tool calls, usage, and the
+/// model that answered (falling back to the requested one).
+fn parse_completion(
+    value: &Value,
+    requested_model: &str,
+) -> Result<(ChatResponse, String), ChatError> {
+    let message = value
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("message"))
+        .ok_or_else(|| {
+            ChatError::InvalidResponse(format!(
+                "no `choices[0].message` in the answer: {}",
+                truncate(&value.to_string(), 500)
+            ))
+        })?;
+    let content = message
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for (index, call) in calls.iter().enumerate() {
+            let function = call.get("function").ok_or_else(|| {
+                ChatError::InvalidResponse(format!("tool call {index} has no `function`"))
+            })?;
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    ChatError::InvalidResponse(format!("tool call {index} has no name"))
+                })?;
+            let arguments = match function.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => "{}".to_owned(),
+                Some(other) => other.to_string(),
+            };
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("call_{index}"));
+            tool_calls.push(ToolCall {
+                id,
+                name: name.to_owned(),
+                arguments,
+            });
+        }
+    }
+    let usage = value.get("usage").map_or_else(Usage::default, |u| Usage {
+        prompt_tokens: token_count(u, "prompt_tokens"),
+        completion_tokens: token_count(u, "completion_tokens"),
+    });
+    let model = value
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(requested_model)
+        .to_owned();
+    Ok((
+        ChatResponse {
+            content,
+            tool_calls,
+            model: String::new(),
+            usage,
+        },
+        model,
+    ))
+}
+
+fn token_count(usage: &Value, key: &str) -> u32 {
+    usage
+        .get(key)
+        .and_then(Value::as_u64)
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// `Retry-After-Ms` (milliseconds) or `Retry-After` (seconds).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let read = |name: &str| -> Option<f64> {
+        headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    read("retry-after-ms")
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .or_else(|| read("retry-after").map(Duration::from_secs_f64))
+}
+
+/// Exponential backoff with jitter: `BASE · 2^attempt`, capped, scaled by a random 50–100 %.
+fn backoff_delay(attempt: u32) -> Duration {
+    let exponential = BASE_BACKOFF.saturating_mul(1u32 << attempt.min(16));
+    let capped = exponential.min(MAX_BACKOFF);
+    capped.mul_f64(rand::random_range(0.5..=1.0))
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max_chars).collect();
+    cut.push('…');
+    cut
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The response body as owned chunks (copied out of reqwest's buffers; deltas are small).
+type ByteStream = Pin<Box<dyn Stream<Item = Result<Vec<u8>, reqwest::Error>> + Send>>;
+
+struct SseState {
+    bytes: ByteStream,
+    buffer: Vec<u8>,
+    pending: VecDeque<Result<String, ChatError>>,
+    done: bool,
+    idle_timeout: Duration,
+}
+
+/// Produces the next text delta of an SSE chat-completions stream.
+async fn next_delta(mut state: SseState) -> Option<(Result<String, ChatError>, SseState)> {
+    loop {
+        if let Some(item) = state.pending.pop_front() {
+            return Some((item, state));
+        }
+        if state.done {
+            return None;
+        }
+        match tokio::time::timeout(state.idle_timeout, state.bytes.next()).await {
+            Err(_) => {
+                state.done = true;
+                let ms = u64::try_from(state.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+                return Some((Err(ChatError::Timeout(ms)), state));
+            }
+            Ok(None) => {
+                state.buffer.push(b'\n');
+                drain_lines(&mut state);
+                state.done = true;
+            }
+            Ok(Some(Err(e))) => {
+                state.done = true;
+                return Some((Err(ChatError::Transport(error_chain(&e))), state));
+            }
+            Ok(Some(Ok(chunk))) => {
+                state.buffer.extend_from_slice(&chunk);
+                drain_lines(&mut state);
+            }
+        }
+    }
+}
+
+/// Moves every complete `data:` line of the buffer into `pending`.
+fn drain_lines(state: &mut SseState) {
+    while let Some(newline) = state.buffer.iter().position(|b| *b == b'\n') {
+        let line: Vec<u8> = state.buffer.drain(..=newline).collect();
+        let line = String::from_utf8_lossy(&line);
+        let line = line.trim_end_matches(['\n', '\r']);
+        let Some(payload) = line.strip_prefix("data:") else {
+            continue; // comments, `event:`/`id:` fields and blank separators
+        };
+        let payload = payload.trim();
+        if payload == "[DONE]" {
+            state.done = true;
+            state.buffer.clear();
+            return;
+        }
+        match serde_json::from_str::<Value>(payload) {
+            Ok(event) => {
+                if let Some(error) = event.get("error") {
+                    state
+                        .pending
+                        .push_back(Err(ChatError::InvalidResponse(format!(
+                            "the stream reported an error: {error}"
+                        ))));
+                    state.done = true;
+                    return;
+                }
+                let delta = event
+                    .get("choices")
+                    .and_then(|c| c.get(0))
+                    .and_then(|c| c.get("delta"))
+                    .and_then(|d| d.get("content"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if !delta.is_empty() {
+                    state.pending.push_back(Ok(delta.to_owned()));
+                }
+            }
+            Err(e) => {
+                state
+                    .pending
+                    .push_back(Err(ChatError::InvalidResponse(format!(
+                        "a stream event is not JSON ({e}): {}",
+                        truncate(payload, 200)
+                    ))));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! These tests talk to [`crate::scripted::ScriptedLlmServer`], a scripted OpenAI-compatible
+    //! server on loopback standing in for a remote LLM.
+
+    use super::*;
+    use crate::scripted::{ScriptReply, ScriptRule, ScriptedLlmServer};
+
+    fn settings(server: &ScriptedLlmServer) -> OpenAiChatSettings {
+        OpenAiChatSettings {
+            base_url: server.base_url(),
+            model: "test-model".into(),
+            api_key_env: String::new(),
+            temperature: Some(0.2),
+            max_tokens: Some(128),
+            timeout_ms: 5_000,
+            max_retries: 2,
+            json_mode: true,
+            label: None,
+        }
+    }
+
+    fn question() -> ChatRequest {
+        ChatRequest::new(vec![
+            ChatMessage::system("Answer briefly."),
+            ChatMessage::user("How long do refunds take?"),
+        ])
+    }
+
+    #[tokio::test]
+    async fn plain_chat_sends_the_request_and_reads_answer_usage_and_model() {
+        let server = ScriptedLlmServer::start(vec![ScriptRule::when(
+            "refunds",
+            ScriptReply::Text("Refunds take 14 days [1].".into()),
+        )])
+        .await
+        .unwrap();
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        assert_eq!(model.name(), "openai:test-model");
+        let mut request = question();
+        request.temperature = Some(0.7);
+        let response = model.chat(request).await.unwrap();
+        assert_eq!(response.content, "Refunds take 14 days [1].");
+        assert_eq!(
+            response.model, "openai:scripted",
+            "labelled by the answering model"
+        );
+        assert!(response.usage.prompt_tokens > 0 && response.usage.completion_tokens == 5);
+        assert!(response.tool_calls.is_empty());
+
+        let body = &server.requests()[0];
+        assert_eq!(body["model"], "test-model");
+        assert_eq!(body["stream"], false);
+        assert_eq!(body["max_tokens"], 128);
+        assert!(
+            (body["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6,
+            "request wins"
+        );
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "Answer briefly."})
+        );
+        assert_eq!(body["messages"][1]["role"], "user");
+        assert!(body.get("response_format").is_none());
+        assert!(body.get("tools").is_none());
+    }
+
+    #[tokio::test]
+    async fn json_mode_sets_response_format_only_when_enabled() {
+        let server = ScriptedLlmServer::start(vec![ScriptRule::when(
+            "refunds",
+            ScriptReply::Text("{\"answer\": \"14 days\"}".into()),
+        )])
+        .await
+        .unwrap();
+        let mut request = question();
+        request.json_mode = true;
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        let response = model.chat(request.clone()).await.unwrap();
+        assert_eq!(response.content, "{\"answer\": \"14 days\"}");
+        assert_eq!(
+            server.requests()[0]["response_format"],
+            json!({"type": "json_object"})
+        );
+
+        let disabled = OpenAiChatModel::new(&OpenAiChatSettings {
+            json_mode: false,
+            label: Some("local-llm".into()),
+            ..settings(&server)
+        })
+        .unwrap();
+        let response = disabled.chat(request).await.unwrap();
+        assert_eq!(response.model, "local-llm");
+        assert!(server.requests()[1].get("response_format").is_none());
+    }
+
+    #[tokio::test]
+    async fn tool_calls_are_offered_and_parsed() {
+        let server = ScriptedLlmServer::start(vec![ScriptRule::once(ScriptReply::ToolCall {
+            name: "rag_search".into(),
+            arguments: json!({"query": "refund window"}),
+        })])
+        .await
+        .unwrap();
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        let mut request = question();
+        request.tools = crate::tools::tool_specs(&["rag_search".into()]).unwrap();
+        let response = model.chat(request).await.unwrap();
+        assert_eq!(response.tool_calls.len(), 1);
+        assert_eq!(response.tool_calls[0].name, "rag_search");
+        let args: Value = serde_json::from_str(&response.tool_calls[0].arguments).unwrap();
+        assert_eq!(args, json!({"query": "refund window"}));
+        let body = &server.requests()[0];
+        assert_eq!(body["tools"][0]["type"], "function");
+        assert_eq!(body["tools"][0]["function"]["name"], "rag_search");
+        assert_eq!(
+            body["tools"][0]["function"]["parameters"]["required"],
+            json!(["query"])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_429_is_retried_and_then_succeeds() {
+        let server = ScriptedLlmServer::start(vec![
+            ScriptRule::once(ScriptReply::Status(429)),
+            ScriptRule::once(ScriptReply::Text("after the rate limit".into())),
+        ])
+        .await
+        .unwrap();
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        let response = model.chat(question()).await.unwrap();
+        assert_eq!(response.content, "after the rate limit");
+        assert_eq!(server.requests().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn persistent_500s_exhaust_the_retries_and_report_the_status() {
+        let server = ScriptedLlmServer::start(vec![ScriptRule {
+            when_contains: None,
+            reply: ScriptReply::Status(500),
+            times: None,
+        }])
+        .await
+        .unwrap();
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        let err = model.chat(question()).await.unwrap_err();
+        match err {
+            ChatError::Status { status, body } => {
+                assert_eq!(status, 500);
+                assert!(body.contains("scripted failure"), "{body}");
+            }
+            other => panic!("expected a status error, got {other:?}"),
+        }
+        assert_eq!(server.requests().len(), 3, "one call and two retries");
+    }
+
+    #[tokio::test]
+    async fn a_client_error_is_not_retried() {
+        let server = ScriptedLlmServer::start(vec![ScriptRule {
+            when_contains: None,
+            reply: ScriptReply::Status(400),
+            times: None,
+        }])
+        .await
+        .unwrap();
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        assert!(matches!(
+            model.chat(question()).await,
+            Err(ChatError::Status { status: 400, .. })
+        ));
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_times_out() {
+        // A loopback listener that accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let holder = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let model = OpenAiChatModel::new(&OpenAiChatSettings {
+            base_url: format!("http://{addr}/v1"),
+            model: "m".into(),
+            api_key_env: String::new(),
+            timeout_ms: 200,
+            max_retries: 0,
+            ..OpenAiChatSettings::default()
+        })
+        .unwrap();
+        let err = model.chat(question()).await.unwrap_err();
+        assert!(matches!(err, ChatError::Timeout(200)), "{err:?}");
+        holder.abort();
+    }
+
+    #[test]
+    fn a_missing_key_variable_is_named() {
+        let err = OpenAiChatModel::new(&OpenAiChatSettings {
+            api_key_env: "ORKEON_TEST_KEY_THAT_IS_NEVER_SET".into(),
+            ..OpenAiChatSettings::default()
+        })
+        .unwrap_err();
+        assert!(matches!(err, ChatError::NotConfigured(_)));
+        let text = err.to_string();
+        assert!(text.contains("ORKEON_TEST_KEY_THAT_IS_NEVER_SET"), "{text}");
+        assert!(text.contains("llm.openai.api_key_env"), "{text}");
+    }
+
+    #[test]
+    fn bad_settings_are_rejected_with_the_key() {
+        let err = OpenAiChatModel::new(&OpenAiChatSettings {
+            base_url: "not a url".into(),
+            api_key_env: String::new(),
+            ..OpenAiChatSettings::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("llm.openai.base_url"), "{err}");
+        let err = OpenAiChatModel::new(&OpenAiChatSettings {
+            model: " ".into(),
+            api_key_env: String::new(),
+            ..OpenAiChatSettings::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("llm.openai.model"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn streaming_yields_the_text_in_deltas() {
+        let text = "Refunds take fourteen days from the purchase [1].";
+        let server =
+            ScriptedLlmServer::start(vec![ScriptRule::once(ScriptReply::Text(text.into()))])
+                .await
+                .unwrap();
+        let model = OpenAiChatModel::new(&settings(&server)).unwrap();
+        let stream = model.chat_stream(question()).await.unwrap();
+        let deltas: Vec<String> = stream.map(|d| d.unwrap()).collect().await;
+        assert!(deltas.len() > 1, "{deltas:?}");
+        assert_eq!(deltas.concat(), text);
+        assert_eq!(server.requests()[0]["stream"], true);
+    }
+
+    #[test]
+    fn backoff_grows_and_stays_capped() {
+        for attempt in 0..20 {
+            let delay = backoff_delay(attempt);
+            let full = BASE_BACKOFF
+                .saturating_mul(1u32 << attempt.min(16))
+                .min(MAX_BACKOFF);
+            assert!(
+                delay >= full / 2 && delay <= full,
+                "attempt {attempt}: {delay:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert("retry-after-ms", "150".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(150)));
+        headers.clear();
+        headers.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&headers), None);
+    }
+}

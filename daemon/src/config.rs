@@ -1,0 +1,290 @@
+//! Configuration: defaults ← `config/orkeon.yaml` (or `--config FILE`) ← `ORKEON_*` environment
+//! (`__` separates levels) ← command-line flags, layered with figment.
+//!
+//! Every section rejects unknown keys; errors name the key and the source (file or variable).
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized};
+use orkeon_agents::llm::LlmSettings;
+use orkeon_knowledge::settings::{EmbeddingSettings, RagSettings};
+use serde::{Deserialize, Serialize};
+use serde_saphyr::figment::Yaml;
+
+/// The default configuration file, relative to the current directory.
+pub const DEFAULT_CONFIG_FILE: &str = "config/orkeon.yaml";
+
+/// Environment variables with the `ORKEON_` prefix that are not configuration keys.
+const NON_CONFIG_VARS: &[&str] = &["MODELS_DIR", "SERVER", "TOKEN"];
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where collections, runs and indexes live.
+    pub data_dir: PathBuf,
+    /// Folder of crew files the daemon watches.
+    pub crews_dir: PathBuf,
+    /// Folder whose `*.j2` files override the built-in prompt templates.
+    pub prompts_dir: Option<PathBuf>,
+    pub log: LogSettings,
+    pub server: ServerSettings,
+    pub embeddings: EmbeddingSettings,
+    /// The chat model (`llm.provider`: extractive | openai; none configured: LLM calls fail
+    /// with a message saying how to set one).
+    pub llm: LlmSettings,
+    pub rag: RagSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from(".orkeon-data"),
+            crews_dir: PathBuf::from("examples/crews"),
+            prompts_dir: None,
+            log: LogSettings::default(),
+            server: ServerSettings::default(),
+            embeddings: EmbeddingSettings::default(),
+            llm: LlmSettings::default(),
+            rag: RagSettings::default(),
+        }
+    }
+}
+
+/// `log:`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    /// A tracing filter (`info`, `orkeon_knowledge=debug,info`, …); `RUST_LOG` wins when set.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// `server:` — the gRPC control plane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Listen address; loopback by default.
+    pub listen: String,
+    /// Name of the environment variable holding the bearer token (none: no auth).
+    pub token_env: Option<String>,
+    /// Allow a non-loopback listen address without a token (not recommended).
+    pub allow_insecure_remote: bool,
+    /// Largest accepted request message, in bytes.
+    pub max_request_bytes: usize,
+    /// How long a shutdown lets runs finish before cancelling them, in seconds.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:50051".into(),
+            token_env: None,
+            allow_insecure_remote: false,
+            max_request_bytes: 4 * 1024 * 1024,
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+/// Command-line values that override the configuration (only the ones given).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CliOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crews_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerOverrides>,
+}
+
+/// `server.*` flags.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {0} does not exist")]
+    MissingFile(PathBuf),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads the layered configuration. `file`: an explicit `--config` (must exist); without it
+    /// `config/orkeon.yaml` is read when present.
+    pub fn load(file: Option<&Path>, cli: &CliOverrides) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) if !path.exists() => return Err(ConfigError::MissingFile(path.into())),
+            Some(path) => figment = figment.merge(Yaml::file_exact(path)),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                figment = figment.merge(Yaml::file_exact(DEFAULT_CONFIG_FILE))
+            }
+            None => {}
+        }
+        let env = Env::prefixed("ORKEON_")
+            .filter(|key| {
+                !NON_CONFIG_VARS
+                    .iter()
+                    .any(|skip| key.as_str().eq_ignore_ascii_case(skip))
+            })
+            .split("__");
+        figment = figment.merge(env).merge(Serialized::defaults(cli.clone()));
+        figment
+            .extract()
+            .map_err(|e| ConfigError::Invalid(describe(e)))
+    }
+
+    /// The effective configuration as JSON with secrets redacted.
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        redact(&mut value);
+        value
+    }
+}
+
+/// One line per figment error: what is wrong, which key, and which source.
+fn describe(error: figment::Error) -> String {
+    error
+        .into_iter()
+        .map(|e| {
+            let key = if e.path.is_empty() {
+                String::new()
+            } else {
+                format!(" (key `{}`)", e.path.join("."))
+            };
+            let source = match &e.metadata {
+                Some(meta) if meta.name.contains("environment") && !e.path.is_empty() => {
+                    let var = e.path.join("__").to_ascii_uppercase();
+                    format!(" in environment variable ORKEON_{var}")
+                }
+                Some(meta) => match &meta.source {
+                    Some(figment::Source::File(path)) => {
+                        format!(" in {} {}", meta.name, path.display())
+                    }
+                    Some(src) => format!(" in {} {src}", meta.name),
+                    None => format!(" in {}", meta.name),
+                },
+                None => String::new(),
+            };
+            format!("{}{key}{source}", e.kind)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Replaces values of secret-looking keys (never the `*_env` variable names) with `***`.
+fn redact(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                let k = key.to_ascii_lowercase();
+                let secret = !k.ends_with("_env")
+                    && ["secret", "password", "api_key", "token"]
+                        .iter()
+                        .any(|s| k.contains(s));
+                if secret && !v.is_null() {
+                    *v = serde_json::Value::String("***".into());
+                } else {
+                    redact(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_without_a_file() {
+        figment::Jail::expect_with(|_jail| {
+            let config = Config::load(None, &CliOverrides::default()).map_err(|e| e.to_string())?;
+            assert_eq!(config.embeddings.model, "bge-small-en-v1.5");
+            assert_eq!(config.rag.profile, "fast");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn layers_file_env_and_flags_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_dir("config")?;
+            jail.create_file(
+                "config/orkeon.yaml",
+                "data_dir: from-file\nembeddings:\n  model: all-MiniLM-L6-v2\nrag:\n  profile: balanced\n",
+            )?;
+            jail.set_env("ORKEON_RAG__PROFILE", "quality");
+            jail.set_env("ORKEON_MODELS_DIR", "/ignored/not/a/key");
+            let cli = CliOverrides {
+                data_dir: Some("from-flag".into()),
+                ..CliOverrides::default()
+            };
+            let config = Config::load(None, &cli).map_err(|e| e.to_string())?;
+            assert_eq!(config.data_dir, PathBuf::from("from-flag"));
+            assert_eq!(config.embeddings.model, "all-MiniLM-L6-v2");
+            assert_eq!(config.rag.profile, "quality");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_the_source() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("custom.yaml", "embeddings:\n  modle: x\n")?;
+            let err = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
+                .expect_err("unknown key is an error")
+                .to_string();
+            assert!(err.contains("modle"), "{err}");
+            assert!(err.contains("custom.yaml"), "{err}");
+
+            jail.set_env("ORKEON_EMBEDDINGS__BATCH_SIZE", "many");
+            let err = Config::load(None, &CliOverrides::default())
+                .expect_err("bad value is an error")
+                .to_string();
+            assert!(err.contains("embeddings.batch_size"), "{err}");
+            assert!(err.contains("ORKEON_EMBEDDINGS__BATCH_SIZE"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let err = Config::load(
+            Some(Path::new("/no/such/orkeon.yaml")),
+            &CliOverrides::default(),
+        )
+        .expect_err("missing file");
+        assert!(err.to_string().contains("/no/such/orkeon.yaml"));
+    }
+
+    #[test]
+    fn redaction_hides_secret_values_but_not_variable_names() {
+        let mut value =
+            serde_json::json!({"a": {"api_key": "sk-1", "api_key_env": "OPENAI_API_KEY"}});
+        redact(&mut value);
+        assert_eq!(value["a"]["api_key"], "***");
+        assert_eq!(value["a"]["api_key_env"], "OPENAI_API_KEY");
+    }
+}

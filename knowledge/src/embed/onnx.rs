@@ -1,0 +1,534 @@
+//! The local embedder: an ONNX encoder model and its `tokenizer.json`, run through ONNX Runtime.
+//!
+//! Texts are tokenized without the tokenizer file's own padding/truncation, cut to the model's
+//! maximum (keeping `[SEP]`), sorted by token length and grouped into batches of
+//! `embeddings.batch_size`, each padded to its longest member; the output is pooled (CLS or
+//! masked mean), L2-normalised and put back in input order. Queries get the model's prefix and
+//! run alone (a batch of one: with dynamic int8 quantisation a vector depends slightly on its
+//! batch-mates).
+//!
+//! Model parameters: when the folder's name is a catalogue entry, pooling, query prefix and
+//! maximum length come from the catalogue. Otherwise pooling comes from `pooling_config.json`
+//! (or `1_Pooling/config.json`): `pooling_mode_mean_tokens` → mean, `pooling_mode_cls_token` →
+//! CLS; without such a file, CLS. The maximum length is `sentence_bert_config.json`'s
+//! `max_seq_length`, else `tokenizer_config.json`'s `model_max_length`, else `config.json`'s
+//! `max_position_embeddings`, capped at 512 (and 512 when none says). No query prefix.
+//! Dimensions always come from the graph's output (or a probe run when it is dynamic).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::models::{self, ModelKind, Pooling};
+use super::session_pool::{BatchOutput, PaddedBatch, SessionPool, length_sorted_batches};
+use super::tokenizer::{HfTokenCounter, TokenSequence};
+use super::{EmbedError, EmbedStats, Embedder, TokenCounter};
+use crate::settings::EmbeddingSettings;
+use crate::types::EmbeddingProfile;
+
+/// Longest input any BERT-style model here accepts.
+const POSITION_LIMIT: usize = 512;
+
+/// Pooling, prefix and length of a model folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingModelConfig {
+    pub pooling: Pooling,
+    pub query_prefix: Option<String>,
+    pub max_tokens: usize,
+}
+
+impl EmbeddingModelConfig {
+    /// Applies the rule of the module documentation to `dir`.
+    pub fn for_folder(dir: &Path) -> Result<Self, EmbedError> {
+        let name = folder_name(dir);
+        if let Some(spec) = models::find_spec(&name) {
+            return match spec.kind {
+                ModelKind::Embedding {
+                    pooling,
+                    query_prefix,
+                    max_tokens,
+                    ..
+                } => Ok(Self {
+                    pooling,
+                    query_prefix: query_prefix.map(str::to_string),
+                    max_tokens,
+                }),
+                ModelKind::CrossEncoder { .. } => Err(EmbedError::Setup(format!(
+                    "{name} is a cross-encoder (a reranker), not an embedding model; set \
+                     embeddings.model to bge-small-en-v1.5 or all-MiniLM-L6-v2"
+                ))),
+            };
+        }
+        Ok(Self {
+            pooling: pooling_from_files(dir)?,
+            query_prefix: None,
+            max_tokens: max_tokens_from_files(dir)?,
+        })
+    }
+}
+
+fn folder_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string())
+}
+
+fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| EmbedError::Setup(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| EmbedError::Setup(format!("{} is not valid JSON: {e}", path.display())))
+}
+
+fn pooling_from_files(dir: &Path) -> Result<Pooling, EmbedError> {
+    for candidate in ["pooling_config.json", "1_Pooling/config.json"] {
+        let path = dir.join(candidate);
+        if let Some(config) = read_json(&path)? {
+            let flag =
+                |key: &str| config.get(key).and_then(serde_json::Value::as_bool) == Some(true);
+            if flag("pooling_mode_mean_tokens") {
+                return Ok(Pooling::Mean);
+            }
+            if flag("pooling_mode_cls_token") {
+                return Ok(Pooling::Cls);
+            }
+            return Err(EmbedError::Setup(format!(
+                "{} asks for a pooling this program does not implement (supported: \
+                 pooling_mode_cls_token, pooling_mode_mean_tokens)",
+                path.display()
+            )));
+        }
+    }
+    Ok(Pooling::Cls)
+}
+
+fn max_tokens_from_files(dir: &Path) -> Result<usize, EmbedError> {
+    let sources = [
+        ("sentence_bert_config.json", "max_seq_length"),
+        ("tokenizer_config.json", "model_max_length"),
+        ("config.json", "max_position_embeddings"),
+    ];
+    for (file, key) in sources {
+        if let Some(config) = read_json(&dir.join(file))?
+            && let Some(value) = config.get(key).and_then(serde_json::Value::as_u64)
+        {
+            let value = usize::try_from(value).unwrap_or(POSITION_LIMIT);
+            return Ok(value.clamp(2, POSITION_LIMIT));
+        }
+    }
+    Ok(POSITION_LIMIT)
+}
+
+/// Normalises `vector` to unit length in place (a zero vector stays zero).
+pub(crate) fn l2_normalise(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in vector.iter_mut() {
+            *x /= norm;
+        }
+    }
+}
+
+/// Turns one batch's output into pooled, normalised vectors, one per row.
+fn pool_batch(
+    output: &BatchOutput,
+    batch_mask: &[i64],
+    pooling: Pooling,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    match output.shape.as_slice() {
+        // Already one vector per row (a graph with pooling built in).
+        [rows, dims] => Ok((0..*rows)
+            .map(|r| {
+                let mut v = output.data[r * dims..(r + 1) * dims].to_vec();
+                l2_normalise(&mut v);
+                v
+            })
+            .collect()),
+        [rows, seq, dims] => {
+            let (rows, seq, dims) = (*rows, *seq, *dims);
+            if batch_mask.len() != rows * seq {
+                return Err(EmbedError::Inference(format!(
+                    "model output is [{rows}, {seq}, {dims}] but the batch was {} tokens",
+                    batch_mask.len()
+                )));
+            }
+            let mut vectors = Vec::with_capacity(rows);
+            for r in 0..rows {
+                let row = &output.data[r * seq * dims..(r + 1) * seq * dims];
+                let mut v = match pooling {
+                    Pooling::Cls => row[..dims].to_vec(),
+                    Pooling::Mean => {
+                        let mut sum = vec![0f32; dims];
+                        let mut count = 0f32;
+                        for t in 0..seq {
+                            if batch_mask[r * seq + t] != 0 {
+                                count += 1.0;
+                                for (s, x) in sum.iter_mut().zip(&row[t * dims..(t + 1) * dims]) {
+                                    *s += x;
+                                }
+                            }
+                        }
+                        let count = count.max(1.0);
+                        sum.iter_mut().for_each(|s| *s /= count);
+                        sum
+                    }
+                };
+                l2_normalise(&mut v);
+                vectors.push(v);
+            }
+            Ok(vectors)
+        }
+        other => Err(EmbedError::Inference(format!(
+            "unexpected model output shape {other:?} (expected [batch, seq, dims] or [batch, dims])"
+        ))),
+    }
+}
+
+struct Shared {
+    pool: SessionPool,
+    tokenizer: Arc<HfTokenCounter>,
+    config: EmbeddingModelConfig,
+    batch_size: usize,
+}
+
+impl Shared {
+    fn encode_all(&self, texts: &[String]) -> Result<Vec<TokenSequence>, EmbedError> {
+        texts
+            .iter()
+            .map(|t| self.tokenizer.encode_single(t, self.config.max_tokens))
+            .collect()
+    }
+
+    /// Embeds already tokenized inputs in length-sorted batches; output in input order.
+    async fn embed_sequences(
+        &self,
+        sequences: &[TokenSequence],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let lengths: Vec<usize> = sequences.iter().map(TokenSequence::len).collect();
+        let plan = length_sorted_batches(&lengths, self.batch_size);
+        let mut pending = Vec::with_capacity(plan.len());
+        for indices in &plan {
+            let members: Vec<&TokenSequence> = indices.iter().map(|&i| &sequences[i]).collect();
+            let batch = PaddedBatch::pad(&members);
+            let mask = batch.mask.clone();
+            pending.push((mask, self.pool.submit(batch)?));
+        }
+        let mut results: Vec<Option<Vec<f32>>> = vec![None; sequences.len()];
+        for ((mask, future), indices) in pending.into_iter().zip(&plan) {
+            let output = future.await?;
+            let vectors = pool_batch(&output, &mask, self.config.pooling)?;
+            if vectors.len() != indices.len() {
+                return Err(EmbedError::Inference(format!(
+                    "the model returned {} vectors for a batch of {}",
+                    vectors.len(),
+                    indices.len()
+                )));
+            }
+            for (&index, vector) in indices.iter().zip(vectors) {
+                results[index] = Some(vector);
+            }
+        }
+        results
+            .into_iter()
+            .map(|v| v.ok_or_else(|| EmbedError::Inference("an input got no vector".into())))
+            .collect()
+    }
+}
+
+/// Local ONNX embedder (see the module documentation).
+pub struct OnnxEmbedder {
+    shared: Arc<Shared>,
+    profile: EmbeddingProfile,
+}
+
+impl OnnxEmbedder {
+    /// Loads `model.onnx` and `tokenizer.json` from `dir` and starts its worker sessions.
+    pub fn load(dir: &Path, settings: &EmbeddingSettings) -> Result<Self, EmbedError> {
+        let model = dir.join("model.onnx");
+        let tokenizer_path = dir.join("tokenizer.json");
+        for required in [&model, &tokenizer_path] {
+            if !required.is_file() {
+                return Err(EmbedError::Setup(format!(
+                    "model folder {} has no {}; a model folder holds model.onnx and tokenizer.json",
+                    dir.display(),
+                    required
+                        .file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )));
+            }
+        }
+        let config = EmbeddingModelConfig::for_folder(dir)?;
+        let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
+        let pool = SessionPool::load(
+            &model,
+            settings,
+            &[
+                "last_hidden_state",
+                "token_embeddings",
+                "sentence_embedding",
+            ],
+        )?;
+        let declared_dims = pool
+            .output_shape
+            .last()
+            .and_then(|&d| usize::try_from(d).ok())
+            .filter(|&d| d > 0);
+        let shared = Arc::new(Shared {
+            pool,
+            tokenizer,
+            config,
+            batch_size: settings.batch_size.max(1),
+        });
+        let dimensions = match declared_dims {
+            Some(d) => d,
+            None => probe_dimensions(&shared)?,
+        };
+        let model_name = folder_name(dir);
+        tracing::info!(model = %model_name, dimensions, pooling = ?shared.config.pooling, max_tokens = shared.config.max_tokens, "ONNX embedder loaded");
+        Ok(Self {
+            shared,
+            profile: EmbeddingProfile {
+                provider: "onnx".into(),
+                model: model_name,
+                dimensions,
+            },
+        })
+    }
+
+    /// Maximum tokens per input (special tokens included).
+    pub fn max_tokens(&self) -> usize {
+        self.shared.config.max_tokens
+    }
+
+    /// Pooling in use.
+    pub fn pooling(&self) -> Pooling {
+        self.shared.config.pooling
+    }
+}
+
+/// Runs one tiny input to learn the vector size of a graph whose output size is dynamic.
+fn probe_dimensions(shared: &Arc<Shared>) -> Result<usize, EmbedError> {
+    let shared = Arc::clone(shared);
+    let probe = move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| EmbedError::Setup(format!("cannot start a probe runtime: {e}")))?;
+        runtime.block_on(async {
+            let sequences = shared.encode_all(&["probe".to_string()])?;
+            let vectors = shared.embed_sequences(&sequences).await?;
+            vectors
+                .first()
+                .map(Vec::len)
+                .ok_or_else(|| EmbedError::Setup("the probe run returned no vector".into()))
+        })
+    };
+    std::thread::spawn(probe)
+        .join()
+        .unwrap_or_else(|_| Err(EmbedError::Setup("the probe run panicked".into())))
+}
+
+#[async_trait]
+impl Embedder for OnnxEmbedder {
+    fn profile(&self) -> EmbeddingProfile {
+        self.profile.clone()
+    }
+
+    fn token_counter(&self) -> Arc<dyn TokenCounter> {
+        self.shared.tokenizer.clone()
+    }
+
+    async fn embed_documents(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shared = Arc::clone(&self.shared);
+        let sequences = tokio::task::spawn_blocking(move || shared.encode_all(&texts))
+            .await
+            .map_err(|e| EmbedError::Inference(format!("tokenizing task failed: {e}")))??;
+        self.shared.embed_sequences(&sequences).await
+    }
+
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let text = match &self.shared.config.query_prefix {
+            Some(prefix) => format!("{prefix}{text}"),
+            None => text.to_string(),
+        };
+        let sequence = self
+            .shared
+            .tokenizer
+            .encode_single(&text, self.shared.config.max_tokens)?;
+        let mut vectors = self
+            .shared
+            .embed_sequences(std::slice::from_ref(&sequence))
+            .await?;
+        vectors
+            .pop()
+            .ok_or_else(|| EmbedError::Inference("the query got no vector".into()))
+    }
+
+    fn stats(&self) -> EmbedStats {
+        self.shared.pool.stats()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn shared_models() -> std::path::PathBuf {
+        std::env::var_os("ORKEON_MODELS_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models"))
+    }
+
+    pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+        dot / (na * nb)
+    }
+
+    const QUERY: &str = "How many people live in Berlin?";
+    const BERLIN: &str = "Berlin has a population of 3,520,031 registered inhabitants";
+    const NEW_YORK: &str = "New York City is famous for the Metropolitan Museum of Art.";
+
+    fn settings(batch_size: usize) -> EmbeddingSettings {
+        EmbeddingSettings {
+            batch_size,
+            ..EmbeddingSettings::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn bge_ranks_berlin_above_new_york_with_readme_cosines() {
+        let embedder = OnnxEmbedder::load(&shared_models().join("bge-small-en-v1.5"), &settings(2))
+            .expect("bge loads");
+        assert_eq!(
+            embedder.profile(),
+            EmbeddingProfile {
+                provider: "onnx".into(),
+                model: "bge-small-en-v1.5".into(),
+                dimensions: 384
+            }
+        );
+        let query = embedder.embed_query(QUERY).await.expect("query");
+        let passages = embedder
+            .embed_documents(vec![BERLIN.to_string(), NEW_YORK.to_string()])
+            .await
+            .expect("passages");
+        let berlin = cosine(&query, &passages[0]);
+        let new_york = cosine(&query, &passages[1]);
+        assert!(berlin > new_york, "berlin {berlin} vs new york {new_york}");
+        assert!((berlin - 0.84).abs() <= 0.03, "berlin cosine {berlin}");
+        assert!(
+            (new_york - 0.47).abs() <= 0.03,
+            "new york cosine {new_york}"
+        );
+        for v in passages.iter().chain([&query]) {
+            let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+        }
+        let stats = embedder.stats();
+        assert_eq!(stats.inputs, 3);
+        assert_eq!(
+            stats.batches, 2,
+            "one query batch, one batch of two passages"
+        );
+        assert!(stats.inference_ns > 0);
+    }
+
+    #[tokio::test]
+    async fn minilm_uses_mean_pooling_and_restores_order_of_mixed_lengths() {
+        let dir = shared_models().join("all-MiniLM-L6-v2");
+        let embedder = OnnxEmbedder::load(&dir, &settings(2)).expect("MiniLM loads");
+        assert_eq!(embedder.pooling(), Pooling::Mean);
+        assert_eq!(embedder.max_tokens(), 256);
+        assert_eq!(embedder.profile().dimensions, 384);
+        let texts: Vec<String> = vec![
+            format!(
+                "{} {}",
+                BERLIN,
+                "The city is the capital of Germany. ".repeat(12)
+            ),
+            "Cats.".into(),
+            NEW_YORK.into(),
+            "word ".repeat(400),
+            "Berlin population".into(),
+        ];
+        let batched = embedder
+            .embed_documents(texts.clone())
+            .await
+            .expect("batched");
+        assert_eq!(batched.len(), texts.len());
+        assert_eq!(embedder.stats().batches, 3, "5 inputs in batches of 2");
+        for (i, text) in texts.iter().enumerate() {
+            let single = embedder
+                .embed_documents(vec![text.clone()])
+                .await
+                .expect("single");
+            let similarity = cosine(&batched[i], &single[0]);
+            assert!(
+                similarity >= 0.99,
+                "input {i}: batched vs single cosine {similarity}"
+            );
+            let norm: f32 = batched[i].iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4);
+        }
+        // The Berlin passage is closer to the Berlin query than the New York one (mean pooling works).
+        let query = embedder.embed_query(QUERY).await.expect("query");
+        assert!(cosine(&query, &batched[0]) > cosine(&query, &batched[2]));
+        assert!(embedder.token_counter().count_tokens("hello world") == 2);
+    }
+
+    #[test]
+    fn folder_rule_reads_pooling_and_length_from_files_for_unknown_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let model = dir.path().join("my-encoder");
+        std::fs::create_dir_all(&model).expect("mkdir");
+        std::fs::write(
+            model.join("pooling_config.json"),
+            r#"{"pooling_mode_mean_tokens": true}"#,
+        )
+        .expect("write");
+        std::fs::write(
+            model.join("sentence_bert_config.json"),
+            r#"{"max_seq_length": 128}"#,
+        )
+        .expect("write");
+        let config = EmbeddingModelConfig::for_folder(&model).expect("config");
+        assert_eq!(
+            config,
+            EmbeddingModelConfig {
+                pooling: Pooling::Mean,
+                query_prefix: None,
+                max_tokens: 128
+            }
+        );
+        let bare = dir.path().join("bare");
+        std::fs::create_dir_all(&bare).expect("mkdir");
+        std::fs::write(
+            bare.join("config.json"),
+            r#"{"max_position_embeddings": 2048}"#,
+        )
+        .expect("write");
+        let config = EmbeddingModelConfig::for_folder(&bare).expect("config");
+        assert_eq!(
+            config,
+            EmbeddingModelConfig {
+                pooling: Pooling::Cls,
+                query_prefix: None,
+                max_tokens: 512
+            }
+        );
+        let reranker = dir.path().join("ms-marco-MiniLM-L-12-v2");
+        let err =
+            EmbeddingModelConfig::for_folder(&reranker).expect_err("a reranker is no embedder");
+        assert!(err.to_string().contains("cross-encoder"));
+    }
+}
