@@ -13,10 +13,13 @@ use orkeon_crews::ports::ChatModel;
 
 use super::QueryError;
 use super::options::RerankOptions;
+use crate::settings::EmbeddingSettings;
 use crate::types::ScoredChunk;
 
+pub mod cross_encoder;
 pub mod listwise;
 
+pub use cross_encoder::OnnxReranker;
 pub use listwise::LlmListwiseReranker;
 
 /// What a reranker did, with what the trace should say about it.
@@ -108,8 +111,21 @@ impl RerankerFactory {
         }
     }
 
-    /// `none`/`noop` and `llm`/`listwise` (no model files needed). See also
-    /// [`RerankerFactory::builtin`], which adds the ONNX cross-encoder.
+    /// Every built-in: `none`/`noop`, `llm`/`listwise` and `onnx`/`cross-encoder`. The
+    /// cross-encoder named by `rag.rerank.model` is resolved with `embedding`'s model search
+    /// (models_dir, `ORKEON_MODELS_DIR`, cache, verified download) when a pipeline first needs
+    /// it, and loaded once per model folder.
+    pub fn builtin(embedding: EmbeddingSettings) -> Self {
+        let factory = Self::without_models();
+        factory.register(
+            "onnx",
+            &["cross-encoder", "crossencoder"],
+            cross_encoder::onnx_builder(embedding),
+        );
+        factory
+    }
+
+    /// `none`/`noop` and `llm`/`listwise` only (no model files needed).
     pub fn without_models() -> Self {
         let factory = Self::empty();
         factory.register("none", &["noop"], Arc::new(|_| Ok(Arc::new(NoopReranker))));
