@@ -1,4 +1,248 @@
 //! Chunkers: a document → byte-addressed chunks, sized in embedding-model tokens.
 //!
-//! Strategies behind [`ChunkerFactory`]: `recursive`, `sentence`, `structural`, `semantic`.
-//! Unknown names fail listing the known ones.
+//! Strategies behind [`build_chunker`]: `recursive`, `sentence`, `structural`, `semantic`.
+//! Names (and a few aliases) match case-insensitively; unknown names fail listing the known ones.
+//!
+//! Every strategy keeps the same contract: a chunk's `text` is exactly
+//! `&doc.text[start..end]` (whitespace is trimmed by moving offsets, never by editing text), a
+//! chunk holds at most `max_tokens` tokens as counted by the embedding model's tokenizer, no
+//! chunk is empty, and chunks come in document order.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::embed::{Embedder, TokenCounter};
+use crate::settings::ChunkingSettings;
+use crate::types::{Chunk, Document};
+
+mod pack;
+mod recursive;
+mod semantic;
+mod sentence;
+mod span;
+mod split;
+mod structural;
+
+#[cfg(test)]
+mod invariants;
+
+pub use semantic::{adjacent_similarities, percentile, semantic_breakpoints};
+
+/// Canonical names of the chunking strategies.
+pub const KNOWN_CHUNKERS: &[&str] = &["recursive", "sentence", "structural", "semantic"];
+
+/// Smallest accepted `max_tokens`.
+pub const MIN_MAX_TOKENS: usize = 8;
+
+/// Metadata key of the structural chunker: `"Top > Sub > Subsub"`.
+pub const HEADING_PATH_KEY: &str = "heading_path";
+
+/// Splits one document into chunks.
+#[async_trait]
+pub trait Chunker: Send + Sync {
+    /// Canonical strategy name (one of [`KNOWN_CHUNKERS`]).
+    fn name(&self) -> &'static str;
+
+    /// The document's chunks, in document order.
+    async fn chunk(&self, doc: &Document) -> Result<Vec<Chunk>, ChunkError>;
+}
+
+/// Why a chunker could not be built or could not chunk.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    #[error(
+        "unknown chunking strategy \"{name}\" (chunking.strategy); known strategies: {}",
+        known.join(", ")
+    )]
+    UnknownStrategy {
+        name: String,
+        known: Vec<&'static str>,
+    },
+    #[error("invalid chunking settings: {0}")]
+    InvalidSettings(String),
+    #[error("semantic chunking failed: {0}")]
+    Embedding(String),
+}
+
+/// Resolves a strategy name or alias (case-insensitive, surrounding whitespace ignored) to its
+/// canonical name. Aliases: `recursive-character`/`recursive_character` → recursive,
+/// `sentences` → sentence, `structure`/`markdown`/`headings`/`sections` → structural,
+/// `embedding`/`embeddings` → semantic.
+pub fn canonical_strategy(name: &str) -> Option<&'static str> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "recursive" | "recursive-character" | "recursive_character" => Some("recursive"),
+        "sentence" | "sentences" => Some("sentence"),
+        "structural" | "structure" | "markdown" | "headings" | "sections" => Some("structural"),
+        "semantic" | "embedding" | "embeddings" => Some("semantic"),
+        _ => None,
+    }
+}
+
+/// Builds the chunker `settings.strategy` names, after validating the settings.
+///
+/// `tokens` must count tokens the way the embedding model will see them. `semantic` needs
+/// `embedder` to compare sentences.
+pub fn build_chunker(
+    settings: &ChunkingSettings,
+    tokens: Arc<dyn TokenCounter>,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> Result<Arc<dyn Chunker>, ChunkError> {
+    let strategy =
+        canonical_strategy(&settings.strategy).ok_or_else(|| ChunkError::UnknownStrategy {
+            name: settings.strategy.clone(),
+            known: KNOWN_CHUNKERS.to_vec(),
+        })?;
+    validate_settings(settings)?;
+    let bounds = ChunkBounds {
+        max_tokens: settings.max_tokens,
+        overlap: settings.overlap,
+    };
+    let chunker: Arc<dyn Chunker> = match strategy {
+        "recursive" => Arc::new(recursive::RecursiveChunker::new(tokens, bounds)),
+        "sentence" => Arc::new(sentence::SentenceChunker::new(tokens, bounds)),
+        "structural" => Arc::new(structural::StructuralChunker::new(tokens, bounds)),
+        _ => {
+            let embedder = embedder.ok_or_else(|| {
+                ChunkError::InvalidSettings(
+                    "chunking.strategy \"semantic\" compares sentence embeddings, but no \
+                     embedder was given; configure `embeddings:` for this collection or choose \
+                     another chunking.strategy (recursive, sentence, structural)"
+                        .to_string(),
+                )
+            })?;
+            Arc::new(semantic::SemanticChunker::new(
+                tokens,
+                embedder,
+                bounds,
+                settings.breakpoint_percentile,
+            ))
+        }
+    };
+    Ok(chunker)
+}
+
+/// Checks the numeric settings; each message names the offending key and the accepted range.
+pub fn validate_settings(settings: &ChunkingSettings) -> Result<(), ChunkError> {
+    if settings.max_tokens < MIN_MAX_TOKENS {
+        return Err(ChunkError::InvalidSettings(format!(
+            "chunking.max_tokens is {}, but it must be at least {MIN_MAX_TOKENS}; raise \
+             chunking.max_tokens (typical: 128–512)",
+            settings.max_tokens
+        )));
+    }
+    if settings.overlap >= settings.max_tokens / 2 {
+        return Err(ChunkError::InvalidSettings(format!(
+            "chunking.overlap is {}, but it must be smaller than half of chunking.max_tokens \
+             ({} / 2 = {}); lower chunking.overlap or raise chunking.max_tokens",
+            settings.overlap,
+            settings.max_tokens,
+            settings.max_tokens / 2
+        )));
+    }
+    if settings.breakpoint_percentile > 100 {
+        return Err(ChunkError::InvalidSettings(format!(
+            "chunking.breakpoint_percentile is {}, but it is a percentile: use a value from 0 \
+             to 100",
+            settings.breakpoint_percentile
+        )));
+    }
+    Ok(())
+}
+
+/// Validated size limits shared by the strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkBounds {
+    pub max_tokens: usize,
+    pub overlap: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::invariants::bge_counter;
+
+    fn settings(strategy: &str, max_tokens: usize, overlap: usize) -> ChunkingSettings {
+        ChunkingSettings {
+            strategy: strategy.to_string(),
+            max_tokens,
+            overlap,
+            breakpoint_percentile: 10,
+        }
+    }
+
+    fn build_error(settings: &ChunkingSettings) -> ChunkError {
+        match build_chunker(settings, bge_counter(), None) {
+            Ok(chunker) => panic!("expected an error, built {}", chunker.name()),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn names_and_aliases_resolve_case_insensitively() {
+        let cases = [
+            ("recursive", "recursive"),
+            ("Recursive", "recursive"),
+            ("SENTENCE", "sentence"),
+            ("structural", "structural"),
+            ("Markdown", "structural"),
+            ("headings", "structural"),
+            (" sentences ", "sentence"),
+        ];
+        for (name, canonical) in cases {
+            let chunker = build_chunker(&settings(name, 64, 8), bge_counter(), None)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(chunker.name(), canonical, "{name}");
+        }
+        for known in KNOWN_CHUNKERS {
+            assert_eq!(canonical_strategy(known), Some(*known));
+        }
+    }
+
+    #[test]
+    fn unknown_name_lists_the_known_strategies() {
+        let err = build_error(&settings("paragraphs", 64, 8));
+        assert!(
+            matches!(err, ChunkError::UnknownStrategy { ref name, .. } if name == "paragraphs")
+        );
+        assert_eq!(
+            err.to_string(),
+            "unknown chunking strategy \"paragraphs\" (chunking.strategy); known strategies: \
+             recursive, sentence, structural, semantic"
+        );
+    }
+
+    #[test]
+    fn invalid_settings_name_the_key() {
+        let err = build_error(&settings("recursive", 4, 0));
+        assert!(matches!(err, ChunkError::InvalidSettings(_)));
+        assert!(
+            err.to_string().contains("chunking.max_tokens is 4"),
+            "{err}"
+        );
+
+        let err = build_error(&settings("recursive", 64, 32));
+        assert!(err.to_string().contains("chunking.overlap is 32"), "{err}");
+        assert!(err.to_string().contains("64 / 2 = 32"), "{err}");
+
+        let mut bad_percentile = settings("sentence", 64, 8);
+        bad_percentile.breakpoint_percentile = 101;
+        let err = build_error(&bad_percentile);
+        assert!(
+            err.to_string()
+                .contains("chunking.breakpoint_percentile is 101"),
+            "{err}"
+        );
+
+        // The smallest valid configuration builds.
+        assert!(build_chunker(&settings("recursive", 8, 3), bge_counter(), None).is_ok());
+        assert!(build_chunker(&settings("recursive", 8, 0), bge_counter(), None).is_ok());
+    }
+
+    #[test]
+    fn semantic_without_embedder_says_so() {
+        let err = build_error(&settings("semantic", 64, 8));
+        assert!(matches!(err, ChunkError::InvalidSettings(_)));
+        assert!(err.to_string().contains("no embedder was given"), "{err}");
+    }
+}

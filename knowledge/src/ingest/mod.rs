@@ -1,2 +1,573 @@
 //! The incremental ingestion pipeline: load → validate → chunk → embed → upsert, driven by the
 //! per-collection manifest.
+//!
+//! - An unchanged source (same raw-byte hash, chunker settings and embedding profile) is
+//!   skipped: zero embeddings.
+//! - A changed source is re-chunked; only chunks whose content hash (text + chunker settings +
+//!   embedding profile) is new are embedded, the others reuse their stored vectors. Its new
+//!   chunks and manifest entry are committed atomically, replacing the old ones.
+//! - A source that no longer matches the request is purged.
+//! - A collection recording another embedding profile fails loudly unless `reindex`.
+//! - Rejected documents (integrity or prompt injection) are quarantined, never searchable.
+//!
+//! Ingestion of one collection is serialised (concurrent requests for the same collection run
+//! one after the other, so the second finds a fresh manifest and does no work).
+
+mod plan;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::chunk::{ChunkError, build_chunker};
+use crate::embed::{EmbedError, Embedder};
+use crate::load::{self, LoadError, SourceRef};
+use crate::settings::{ChunkingSettings, IngestionSettings, SuspiciousAction};
+use crate::store::{DocumentStore, SourceRecord, StoreError};
+use crate::types::{Document, EmbeddingProfile, StoredChunk};
+use crate::validate::{
+    InjectionValidator, IntegrityValidator, QuarantineEntry, QuarantineStore, Verdict,
+};
+
+pub use plan::{file_of, part_ids_of};
+
+/// What to ingest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestRequest {
+    pub collection: String,
+    /// Folder relative sources resolve against (also the default allowed root).
+    pub base_dir: PathBuf,
+    /// Paths, globs (`*`, `**`, `?`) or http(s) URLs.
+    pub sources: Vec<String>,
+    /// Chunker settings; the configured default when `None`.
+    pub chunking: Option<ChunkingSettings>,
+    /// Purge the collection and rebuild it (also the way to change embedding profile).
+    pub reindex: bool,
+}
+
+/// A source refused by validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuarantinedSource {
+    pub source: String,
+    pub reason: String,
+}
+
+/// What an ingestion did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IngestReport {
+    pub collection: String,
+    /// Files and URLs the request expanded to.
+    pub sources_total: usize,
+    /// Sources (re-)ingested because they were new or changed.
+    pub sources_ingested: usize,
+    /// Sources skipped because they were unchanged.
+    pub sources_skipped: usize,
+    /// Manifest entries purged (source gone or no longer requested).
+    pub sources_removed: usize,
+    pub chunks_embedded: usize,
+    pub chunks_upserted: usize,
+    pub quarantined: Vec<QuarantinedSource>,
+    /// Non-fatal problems (missing paths, corrupt manifest entries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    pub duration_ms: u64,
+}
+
+/// Progress of a running ingestion (for progress bars).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestProgress {
+    pub done: usize,
+    pub total: usize,
+    pub source: String,
+}
+
+/// Why an ingestion failed as a whole (per-source problems are quarantined or warned instead).
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("quarantine store failed: {0}")]
+    Quarantine(String),
+    #[error("ingestion task failed: {0}")]
+    Task(String),
+}
+
+/// The ingestion façade.
+pub struct IngestionPipeline {
+    store: Arc<dyn DocumentStore>,
+    embedder: Arc<dyn Embedder>,
+    quarantine: QuarantineStore,
+    settings: IngestionSettings,
+    integrity: IntegrityValidator,
+    injection: InjectionValidator,
+    /// One lock per collection: ingestion of a collection is serialised.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl IngestionPipeline {
+    pub fn new(
+        store: Arc<dyn DocumentStore>,
+        embedder: Arc<dyn Embedder>,
+        quarantine: QuarantineStore,
+        settings: IngestionSettings,
+    ) -> Self {
+        let integrity = IntegrityValidator {
+            max_bytes: settings.max_document_bytes,
+        };
+        Self {
+            store,
+            embedder,
+            quarantine,
+            settings,
+            integrity,
+            injection: InjectionValidator::default(),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The embedder whose profile this pipeline writes.
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
+    }
+
+    /// The store this pipeline writes to.
+    pub fn store(&self) -> &Arc<dyn DocumentStore> {
+        &self.store
+    }
+
+    /// The quarantine of rejected sources.
+    pub fn quarantine(&self) -> &QuarantineStore {
+        &self.quarantine
+    }
+
+    fn collection_lock(&self, collection: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(collection.to_string()).or_default().clone()
+    }
+
+    /// Runs one ingestion. `progress` is called after each source.
+    pub async fn ingest(
+        &self,
+        request: &IngestRequest,
+        progress: Option<&(dyn Fn(IngestProgress) + Send + Sync)>,
+    ) -> Result<IngestReport, IngestError> {
+        let lock = self.collection_lock(&request.collection);
+        let _guard = lock.lock().await;
+        let started = Instant::now();
+        let collection = request.collection.as_str();
+        let mut report = IngestReport {
+            collection: collection.to_string(),
+            ..IngestReport::default()
+        };
+
+        let chunking = request
+            .chunking
+            .clone()
+            .unwrap_or_else(|| self.settings.default_chunking.clone());
+        let chunker = build_chunker(
+            &chunking,
+            self.embedder.token_counter(),
+            Some(self.embedder.clone()),
+        )?;
+        let profile = self.embedder.profile();
+        let profile_label = profile.to_string();
+        let chunking_label = chunking.fingerprint();
+
+        // Profile drift and reindex.
+        let manifest = self.store.manifest(collection)?;
+        if request.reindex {
+            if manifest.profile.is_some() || !manifest.sources.is_empty() {
+                self.store.drop_collection(collection)?;
+            }
+        } else if let Some(recorded) = &manifest.profile
+            && recorded != &profile
+        {
+            return Err(StoreError::ProfileMismatch {
+                collection: collection.to_string(),
+                recorded: recorded.to_string(),
+                active: profile_label,
+            }
+            .into());
+        }
+        self.store.ensure_collection(collection, &profile)?;
+        let manifest = if request.reindex {
+            self.store.manifest(collection)?
+        } else {
+            manifest
+        };
+        for entry in &manifest.corrupt_entries {
+            report.warnings.push(format!(
+                "manifest entry '{entry}' of collection '{collection}' is corrupt; its source is re-ingested in full"
+            ));
+        }
+        let records: BTreeMap<String, SourceRecord> = manifest
+            .sources
+            .into_iter()
+            .map(|r| (r.source_id.clone(), r))
+            .collect();
+
+        // Expand the request.
+        let expansion = load::expand_sources(&request.base_dir, &request.sources, &self.settings)?;
+        for missing in &expansion.missing {
+            report.warnings.push(format!(
+                "source '{missing}' does not exist (relative to {}); its chunks are purged",
+                request.base_dir.display()
+            ));
+        }
+        report.sources_total = expansion.sources.len();
+        let wanted: BTreeSet<&str> = expansion.sources.iter().map(|s| s.id.as_str()).collect();
+
+        // Purge manifest entries whose file is no longer requested.
+        for source_id in records.keys() {
+            if !wanted.contains(file_of(source_id)) {
+                self.store.delete_source(collection, source_id)?;
+                report.sources_removed += 1;
+            }
+        }
+
+        let total = expansion.sources.len();
+        for (index, source) in expansion.sources.iter().enumerate() {
+            let outcome = self
+                .ingest_source(
+                    collection,
+                    source,
+                    &records,
+                    &*chunker,
+                    &chunking_label,
+                    &profile,
+                    &mut report,
+                )
+                .await?;
+            match outcome {
+                SourceOutcome::Skipped => report.sources_skipped += 1,
+                SourceOutcome::Ingested => report.sources_ingested += 1,
+                SourceOutcome::Quarantined => {}
+            }
+            if let Some(progress) = progress {
+                progress(IngestProgress {
+                    done: index + 1,
+                    total,
+                    source: source.id.clone(),
+                });
+            }
+        }
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        tracing::info!(
+            collection,
+            sources_total = report.sources_total,
+            ingested = report.sources_ingested,
+            skipped = report.sources_skipped,
+            removed = report.sources_removed,
+            chunks_embedded = report.chunks_embedded,
+            quarantined = report.quarantined.len(),
+            duration_ms = report.duration_ms,
+            "ingestion finished"
+        );
+        Ok(report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn ingest_source(
+        &self,
+        collection: &str,
+        source: &SourceRef,
+        records: &BTreeMap<String, SourceRecord>,
+        chunker: &dyn crate::chunk::Chunker,
+        chunking_label: &str,
+        profile: &EmbeddingProfile,
+        report: &mut IngestReport,
+    ) -> Result<SourceOutcome, IngestError> {
+        let profile_label = profile.to_string();
+        let previous = part_ids_of(records, &source.id);
+
+        let raw = match load::fetch(source, &self.settings).await {
+            Ok(raw) => raw,
+            Err(error) => {
+                let reason = format!("could not be read: {error}");
+                self.reject(collection, source, &previous, "", &reason, "", report)?;
+                return Ok(SourceOutcome::Quarantined);
+            }
+        };
+        let file_hash = sha256_hex(&raw.bytes);
+
+        // Unchanged: every recorded part carries the same file hash, chunker and profile.
+        let unchanged = !previous.is_empty()
+            && previous.iter().all(|id| {
+                records.get(*id).is_some_and(|r| {
+                    r.content_hash == file_hash
+                        && r.chunking == chunking_label
+                        && r.embedding_profile == profile_label
+                })
+            });
+        if unchanged {
+            return Ok(SourceOutcome::Skipped);
+        }
+
+        if let Verdict::Rejected { reasons } = self.integrity.check_raw(&source.id, &raw) {
+            let excerpt = excerpt_of(&String::from_utf8_lossy(&raw.bytes));
+            let reason = reasons.join("; ");
+            self.reject(
+                collection, source, &previous, &file_hash, &reason, &excerpt, report,
+            )?;
+            return Ok(SourceOutcome::Quarantined);
+        }
+        let documents = match load::parse(source, &raw) {
+            Ok(documents) => documents,
+            Err(error) => {
+                let reason = format!("could not be parsed: {error}");
+                self.reject(
+                    collection, source, &previous, &file_hash, &reason, "", report,
+                )?;
+                return Ok(SourceOutcome::Quarantined);
+            }
+        };
+
+        // Vectors of the file's previous chunks, by content hash, for reuse.
+        let mut reusable: HashMap<String, Vec<f32>> = HashMap::new();
+        for id in &previous {
+            for chunk in self.store.chunks_of_source(collection, id)? {
+                reusable.insert(chunk.content_hash, chunk.vector);
+            }
+        }
+
+        let mut kept_parts: BTreeSet<String> = BTreeSet::new();
+        let mut pending: Vec<(SourceRecord, Vec<StoredChunk>)> = Vec::new();
+        for document in documents {
+            let validation = match self.validate(&document) {
+                DocumentVerdict::Accept(validation) => validation,
+                DocumentVerdict::Refuse(reason) => {
+                    let excerpt = excerpt_of(&document.text);
+                    self.quarantine_entry(
+                        collection,
+                        &document.source_id,
+                        &file_hash,
+                        &reason,
+                        &excerpt,
+                    )?;
+                    report.quarantined.push(QuarantinedSource {
+                        source: document.source_id.clone(),
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            let chunks = chunker.chunk(&document).await?;
+            let mut stored = Vec::with_capacity(chunks.len());
+            let mut occurrences: HashMap<String, u32> = HashMap::new();
+            for (ordinal, chunk) in chunks.into_iter().enumerate() {
+                let content_hash = sha256_hex(
+                    format!("{}\u{1f}{chunking_label}\u{1f}{profile_label}", chunk.text).as_bytes(),
+                );
+                let occurrence = occurrences.entry(content_hash.clone()).or_insert(0);
+                let id = chunk_id(&document.source_id, &content_hash, *occurrence);
+                *occurrence += 1;
+                let mut metadata = document.metadata.clone();
+                metadata.extend(chunk.metadata);
+                metadata.insert("loader".into(), document.loader.clone());
+                if validation != "clean" {
+                    metadata.insert("flagged".into(), "suspicious".into());
+                    metadata.insert("flag_reasons".into(), validation.clone());
+                }
+                stored.push(StoredChunk {
+                    id,
+                    source_id: document.source_id.clone(),
+                    ordinal: ordinal as u32,
+                    text: chunk.text,
+                    start: chunk.start,
+                    end: chunk.end,
+                    metadata,
+                    vector: reusable.get(&content_hash).cloned().unwrap_or_default(),
+                    content_hash,
+                });
+            }
+            let record = SourceRecord {
+                source_id: document.source_id.clone(),
+                content_hash: file_hash.clone(),
+                loader: document.loader.clone(),
+                chunking: chunking_label.to_string(),
+                embedding_profile: profile_label.clone(),
+                chunk_ids: stored.iter().map(|c| c.id.clone()).collect(),
+                ingested_at: now_rfc3339(),
+                validation,
+            };
+            kept_parts.insert(document.source_id.clone());
+            pending.push((record, stored));
+        }
+
+        // Embed what is new, in one call for the whole file (length-sorted batches inside).
+        let missing: Vec<(usize, usize)> = pending
+            .iter()
+            .enumerate()
+            .flat_map(|(p, (_, chunks))| {
+                chunks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.vector.is_empty())
+                    .map(move |(c, _)| (p, c))
+            })
+            .collect();
+        if !missing.is_empty() {
+            let texts = missing
+                .iter()
+                .map(|&(p, c)| pending[p].1[c].text.clone())
+                .collect();
+            let vectors = self.embedder.embed_documents(texts).await?;
+            if vectors.len() != missing.len() {
+                return Err(EmbedError::Inference(format!(
+                    "embedder returned {} vectors for {} chunks",
+                    vectors.len(),
+                    missing.len()
+                ))
+                .into());
+            }
+            for (&(p, c), vector) in missing.iter().zip(vectors) {
+                pending[p].1[c].vector = vector;
+            }
+            report.chunks_embedded += missing.len();
+        }
+
+        // Commit part by part (each atomic), then purge parts that disappeared.
+        let store = self.store.clone();
+        let collection_owned = collection.to_string();
+        let stale: Vec<String> = previous
+            .iter()
+            .filter(|id| !kept_parts.contains(**id))
+            .map(|id| id.to_string())
+            .collect();
+        let upserted: usize = pending.iter().map(|(_, chunks)| chunks.len()).sum();
+        let removed = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
+            for (record, chunks) in pending {
+                store.replace_source(&collection_owned, record, chunks)?;
+            }
+            for id in &stale {
+                store.delete_source(&collection_owned, id)?;
+            }
+            Ok(stale.len())
+        })
+        .await
+        .map_err(|e| IngestError::Task(e.to_string()))??;
+        report.chunks_upserted += upserted;
+        report.sources_removed += removed;
+        for part in &kept_parts {
+            self.quarantine
+                .remove(collection, part)
+                .map_err(|e| IngestError::Quarantine(e.to_string()))?;
+        }
+        if kept_parts.is_empty() {
+            return Ok(SourceOutcome::Quarantined);
+        }
+        Ok(SourceOutcome::Ingested)
+    }
+
+    /// Integrity and injection checks of one parsed document.
+    fn validate(&self, document: &Document) -> DocumentVerdict {
+        if let Verdict::Rejected { reasons } = self.integrity.check_document(document) {
+            return DocumentVerdict::Refuse(reasons.join("; "));
+        }
+        match self.injection.check(document) {
+            Verdict::Clean => DocumentVerdict::Accept("clean".into()),
+            Verdict::Suspicious { reasons } => match self.settings.suspicious_action {
+                SuspiciousAction::Flag => {
+                    DocumentVerdict::Accept(format!("suspicious: {}", reasons.join("; ")))
+                }
+                SuspiciousAction::Drop => DocumentVerdict::Refuse(format!(
+                    "suspicious (rag.ingestion.suspicious_action = drop): {}",
+                    reasons.join("; ")
+                )),
+            },
+            Verdict::Rejected { reasons } => {
+                DocumentVerdict::Refuse(format!("prompt injection: {}", reasons.join("; ")))
+            }
+        }
+    }
+
+    /// Quarantines a whole source and purges whatever of it was searchable.
+    #[allow(clippy::too_many_arguments)]
+    fn reject(
+        &self,
+        collection: &str,
+        source: &SourceRef,
+        previous: &[&str],
+        hash: &str,
+        reason: &str,
+        excerpt: &str,
+        report: &mut IngestReport,
+    ) -> Result<(), IngestError> {
+        self.quarantine_entry(collection, &source.id, hash, reason, excerpt)?;
+        for id in previous {
+            self.store.delete_source(collection, id)?;
+            report.sources_removed += 1;
+        }
+        report.quarantined.push(QuarantinedSource {
+            source: source.id.clone(),
+            reason: reason.to_string(),
+        });
+        tracing::warn!(collection, source = %source.id, reason, "source quarantined");
+        Ok(())
+    }
+
+    fn quarantine_entry(
+        &self,
+        collection: &str,
+        source_id: &str,
+        hash: &str,
+        reason: &str,
+        excerpt: &str,
+    ) -> Result<(), IngestError> {
+        self.quarantine
+            .put(&QuarantineEntry {
+                collection: collection.to_string(),
+                source_id: source_id.to_string(),
+                reason: reason.to_string(),
+                content_hash: hash.to_string(),
+                quarantined_at: now_rfc3339(),
+                excerpt: excerpt.to_string(),
+            })
+            .map_err(|e| IngestError::Quarantine(e.to_string()))
+    }
+}
+
+enum SourceOutcome {
+    Skipped,
+    Ingested,
+    Quarantined,
+}
+
+enum DocumentVerdict {
+    /// Ingest, with the validation label (`clean` or `suspicious: …`).
+    Accept(String),
+    /// Quarantine, with the reason.
+    Refuse(String),
+}
+
+/// Lower-case hex sha256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A chunk id stable while the chunk's text, chunker and profile are unchanged.
+fn chunk_id(source_id: &str, content_hash: &str, occurrence: u32) -> String {
+    let digest =
+        sha256_hex(format!("{source_id}\u{1f}{content_hash}\u{1f}{occurrence}").as_bytes());
+    digest[..24].to_string()
+}
+
+fn excerpt_of(text: &str) -> String {
+    text.chars().take(240).collect()
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
