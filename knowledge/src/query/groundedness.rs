@@ -309,6 +309,22 @@ impl GroundednessChecker for LlmGroundednessChecker {
     }
 }
 
+/// The checker a host registers by default: the LLM checker when a real chat model is
+/// available, else the heuristic one. The offline `extractive` model answers by quoting
+/// passages and cannot produce a verdict, so it gets the heuristic checker too.
+pub fn default_checker(chat: Option<Arc<dyn ChatModel>>) -> Arc<dyn GroundednessChecker> {
+    match chat {
+        Some(chat) if chat.name() != "extractive" => Arc::new(LlmGroundednessChecker::new(chat)),
+        Some(_) => Arc::new(HeuristicGroundednessChecker::default()),
+        None => {
+            tracing::warn!(
+                "no LLM configured: groundedness uses the heuristic checker (content-word overlap)"
+            );
+            Arc::new(HeuristicGroundednessChecker::default())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +392,13 @@ mod tests {
                 .grounded
         );
         assert!(parse_verdict("I am not sure.").is_none());
+    }
+
+    #[test]
+    fn default_checker_needs_a_model_that_can_judge() {
+        assert_eq!(default_checker(None).name(), "heuristic");
+        let chat: Arc<dyn ChatModel> = ScriptedChat::new(&[]);
+        assert_eq!(default_checker(Some(chat)).name(), "llm");
     }
 
     #[tokio::test]
