@@ -215,7 +215,14 @@ fn integers_in(text: &str) -> Vec<i64> {
     let mut current: Option<i64> = None;
     for c in text.chars() {
         match c.to_digit(10) {
-            Some(d) => current = Some(current.unwrap_or(0).saturating_mul(10) + d as i64),
+            Some(d) => {
+                current = Some(
+                    current
+                        .unwrap_or(0)
+                        .saturating_mul(10)
+                        .saturating_add(d as i64),
+                )
+            }
             None => found.extend(current.take()),
         }
     }
@@ -325,6 +332,10 @@ mod tests {
             Some(vec![1, 0])
         );
         assert_eq!(parse_ranking("I cannot rank these.", 3), None);
+        assert_eq!(
+            parse_ranking("ref 99999999999999999999999 then 2", 3),
+            Some(vec![1])
+        );
         assert_eq!(parse_ranking("[42, 43]", 3), None);
     }
 }
