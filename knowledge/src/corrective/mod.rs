@@ -22,6 +22,8 @@ pub mod rewrite;
 pub mod state;
 
 #[cfg(test)]
+mod graph_tests;
+#[cfg(test)]
 pub(crate) mod test_support;
 
 pub use evaluator::{

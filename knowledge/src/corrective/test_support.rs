@@ -2,7 +2,8 @@
 //! chat double (the same source file, included here because `query::scripted_chat` is private
 //! to `query`) and small chunk constructors.
 
-#[allow(dead_code)]
+// Included by path: the owning module keeps it private (see the module docs).
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../query/scripted_chat.rs"]
 mod scripted_chat;
 
@@ -28,3 +29,10 @@ pub(crate) fn chunk_with_text(id: &str, text: &str) -> ScoredChunk {
         origin: ScoreOrigin::Vector,
     }
 }
+
+// Included by path: the owning module keeps it private (see the module docs).
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "../query/scripted_openai.rs"]
+mod scripted_openai;
+
+pub(crate) use scripted_openai::{OpenAiCompatibleChat, SCRIPTED_MODEL, ScriptedOpenAiServer};

@@ -3,7 +3,8 @@
 //! pages itself, plus a second loopback server on another port standing for a private service
 //! the SSRF guard must never reach.
 
-#[allow(dead_code)]
+// Included by path: the owning module keeps it private (see the module docs).
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../embed/scripted_http.rs"]
 mod scripted_http;
 
