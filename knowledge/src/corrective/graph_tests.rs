@@ -820,8 +820,9 @@ async fn web_fallback_needs_both_switches_and_never_passes_rejected_pages() {
 // Profiles and adaptive routing
 // ---------------------------------------------------------------------------------------------
 
-/// `corrective` and `adaptive` resolve by name; the adaptive routes are traced. Generation and
-/// grading by the in-process `scripted` chat; the balanced delegate runs without its ONNX
+/// `corrective` and `adaptive` resolve by name; the adaptive routes are traced; the corrective
+/// profile brings its default groundedness checker when the host registered none. Generation,
+/// grading and checking by the in-process `scripted` chat; the balanced delegate runs without its ONNX
 /// reranker here (`rerank.enabled: false`) to keep the test fast — it is the same staged
 /// pipeline the query module tests with the cross-encoder.
 #[tokio::test]
@@ -835,6 +836,8 @@ async fn profiles_resolve_and_adaptive_routes_are_traced() {
         // iterative → corrective: evaluate, generate
         r#"{"verdict": "correct"}"#,
         "Heron is Dashboard 3 [1].",
+        // the corrective profile's default checker (the host registered none): LLM-backed
+        r#"{"grounded": true, "score": 1.0}"#,
     ]);
     let chat_dyn: Arc<dyn ChatModel> = chat.clone();
     let rag = settings(json!({"rerank": {"enabled": false}}));
@@ -888,6 +891,14 @@ async fn profiles_resolve_and_adaptive_routes_are_traced() {
             .iter()
             .any(|s| s.stage == "corrective:graph")
     );
+    let check = iterative
+        .trace
+        .steps
+        .iter()
+        .find(|s| s.stage == "corrective:check_groundedness")
+        .expect("check step");
+    assert_eq!(check.detail["checker"], "llm");
+    assert_eq!(check.detail["grounded"], true);
     assert_eq!(iterative.trace.profile.as_deref(), Some("adaptive"));
-    assert_eq!(chat.calls(), 4);
+    assert_eq!(chat.calls(), 5);
 }

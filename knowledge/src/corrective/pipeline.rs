@@ -1,13 +1,15 @@
 //! [`CorrectiveRagPipeline`]: CRAG as a [`StateGraph<RagGraphState>`] — the same engine as
 //! `process: graph` — behind the [`RagPipeline`] façade.
 //!
-//! ```text
-//! retrieve → evaluate ─Correct──────────────────────────→ generate → check_groundedness
-//!    ▲          ├─Ambiguous→ refine ──────────────────────→ ▲            │
-//!    │          ├─Incorrect · budget left→ rewrite_query    │            ├─ungrounded · budget left→ rewrite_query
-//!    └──────────┼──────────────────────────────┘            │            └─grounded / exhausted → END
-//!               └─Incorrect · exhausted→ web_fallback ──────┘
-//! ```
+//! Topology (the reference's, node for node):
+//!
+//! - start → `retrieve` → `evaluate`;
+//! - after `evaluate` (conditional): Correct → `generate`; Ambiguous → `refine` → `generate`;
+//!   Incorrect with budget left → `rewrite_query` → `retrieve`; Incorrect with the budget
+//!   exhausted → `web_fallback` (runs the opt-in fallback or traces why not) → `generate`;
+//! - `generate` → `check_groundedness`;
+//! - after `check_groundedness` (conditional): ungrounded with budget left → `rewrite_query`;
+//!   grounded, unchecked or budget exhausted → end.
 //!
 //! Double bound: the routers never enter `rewrite_query` past `corrective.max_iterations`
 //! (default 3), and the graph runs under [`CircuitBreakerPolicy::for_iterations`] — (n+2)×7
@@ -16,6 +18,11 @@
 //! degrades to a best-effort answer: the last generated one, or a generation run outside the
 //! graph (bounded by the per-node timeout) over the best chunks seen. A loop condition never
 //! becomes an error; a failing store, embedder or generation LLM does.
+//!
+//! Options the graph does not use, on purpose: `rag.rerank.*` (it corrects by looping, not
+//! reranking), `rag.query_transform.*` and `rag.retrieval.mmr.*` (the rewrite loop replaces
+//! them) and `rag.groundedness.enabled` (the graph runs its own `check_groundedness` node
+//! whenever a checker is available); a configured value is reported with a warning.
 //!
 //! Not [`crate::query::RetrieveOnly`]: the graph interleaves retrieval evaluation with
 //! generation, so "retrieval only" is not a prefix of its run.
@@ -33,6 +40,7 @@ use super::evaluator::{HeuristicRetrievalEvaluator, LlmRetrievalEvaluator, Retri
 use super::nodes::{CorrectiveEngine, CorrectiveNode, NodeKind};
 use super::rewrite::{HeuristicQueryRewriter, LlmQueryRewriter, QueryRewriter};
 use super::state::{RagGraphState, node, route_after_evaluate, route_after_groundedness};
+use crate::query::groundedness::default_checker;
 use crate::query::options::{RagOptions, resolve_options};
 use crate::query::pipeline::PipelineDeps;
 use crate::query::{QueryError, RagPipeline, RagQuery};
@@ -127,10 +135,21 @@ impl CorrectiveRagPipeline {
         after_evaluate: GraphRouter,
         after_groundedness: GraphRouter,
     ) -> Result<Self, QueryError> {
+        let mut ignored = Vec::new();
         if options.rerank.enabled {
+            ignored.push("rag.rerank.enabled");
+        }
+        if options.query_transform.mode != "none" {
+            ignored.push("rag.query_transform.mode");
+        }
+        if options.retrieval.mmr.enabled {
+            ignored.push("rag.retrieval.mmr.enabled");
+        }
+        if !ignored.is_empty() {
             tracing::warn!(
                 pipeline = name,
-                "rag.rerank.enabled is ignored by the corrective graph: it corrects by evaluate → rewrite loops, not by reranking"
+                keys = ?ignored,
+                "ignored by the corrective graph: it corrects by evaluate → rewrite loops instead"
             );
         }
         let policy =
@@ -183,8 +202,10 @@ impl CorrectiveRagPipeline {
     }
 
     /// The `corrective` profile from configuration: the `corrective` preset with every
-    /// configured key, components chosen by [`CorrectiveComponents::for_chat`], and the web
-    /// transport when `rag.web_fallback` enables one.
+    /// configured key, components chosen by [`CorrectiveComponents::for_chat`], the web
+    /// transport when `rag.web_fallback` enables one, and the host's groundedness checker —
+    /// or, when the host registered none, the default one ([`default_checker`]: LLM-backed for
+    /// a real LLM, heuristic otherwise).
     pub fn from_settings(
         name: &str,
         settings: &RagSettings,
@@ -204,7 +225,11 @@ impl CorrectiveRagPipeline {
         }
         let web = web.map(|w| Arc::new(w) as Arc<dyn WebDocumentRetriever>);
         let components = CorrectiveComponents::for_chat(deps.chat.as_ref()).with_web(web);
-        Self::new(name, options, deps.clone(), components)
+        let mut deps = deps.clone();
+        if deps.groundedness.is_none() {
+            deps.groundedness = Some(default_checker(deps.chat.clone()));
+        }
+        Self::new(name, options, deps, components)
     }
 
     /// The resolved options the graph runs with.
