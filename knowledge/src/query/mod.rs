@@ -35,10 +35,14 @@ pub mod llm_output;
 pub mod mmr;
 pub mod options;
 pub mod pipeline;
+#[cfg(test)]
+mod pipeline_tests;
 pub mod profiles;
 pub mod rerank;
 #[cfg(test)]
 mod scripted_chat;
+#[cfg(test)]
+mod scripted_openai;
 pub mod transform;
 
 pub use groundedness::{
