@@ -145,3 +145,59 @@ impl CrewRegistry {
         inner.by_name.keys().cloned().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orkeon_crews::spec::parse_crew_str;
+
+    const GOOD: &str = "name: support\nprocess: sequential\nagents:\n  a:\n    role: r\n    goal: g\ntasks:\n  - name: t\n    agent: a\n    description: d\n    expected_output: o\n";
+
+    #[test]
+    fn an_invalid_update_keeps_the_last_good_spec_and_shows_the_error() {
+        let registry = CrewRegistry::default();
+        let file = Path::new("/crews/support.yaml");
+        assert_eq!(
+            registry.apply(file, parse_crew_str(GOOD, file)),
+            Change::Added("support".into())
+        );
+        let broken = GOOD.replace("agent: a", "agent: b");
+        let change = registry.apply(file, parse_crew_str(&broken, file));
+        assert!(
+            matches!(change, Change::Invalid { ref name, .. } if name == "support"),
+            "{change:?}"
+        );
+        let entry = registry.get("support").expect("still registered");
+        assert!(entry.spec.is_some(), "the last good version keeps running");
+        assert_eq!(entry.status(), "invalid");
+        assert!(
+            entry
+                .error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("support.yaml:")
+        );
+        // Fixed again: valid, error cleared.
+        assert_eq!(
+            registry.apply(file, parse_crew_str(GOOD, file)),
+            Change::Updated("support".into())
+        );
+        assert_eq!(registry.get("support").expect("entry").status(), "valid");
+        // Deleted: gone.
+        assert_eq!(
+            registry.remove_file(file),
+            Some(Change::Removed("support".into()))
+        );
+        assert!(registry.get("support").is_none());
+    }
+
+    #[test]
+    fn a_file_that_was_never_valid_is_listed_under_its_stem() {
+        let registry = CrewRegistry::default();
+        let file = Path::new("/crews/draft.yaml");
+        let change = registry.apply(file, parse_crew_str("name: [", file));
+        assert!(matches!(change, Change::Invalid { ref name, .. } if name == "draft"));
+        let entry = registry.get("draft").expect("listed");
+        assert!(entry.spec.is_none());
+    }
+}

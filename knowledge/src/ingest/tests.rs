@@ -44,7 +44,9 @@ fn fixture() -> Fixture {
         "city,opening hours\nLyon,9-18\nNantes,10-19\n",
     )
     .expect("write");
-    let store = Arc::new(EmbeddedStore::open(&dir.path().join("data"), StoreSettings::default()).expect("store"));
+    let store = Arc::new(
+        EmbeddedStore::open(&dir.path().join("data"), StoreSettings::default()).expect("store"),
+    );
     Fixture {
         _dir: dir,
         corpus,
@@ -80,12 +82,22 @@ async fn concurrent_requests_for_one_collection_ingest_it_once() {
     let (a, b) = tokio::join!(p.ingest(&r, None), p.ingest(&r, None));
     let (a, b) = (a.expect("first"), b.expect("second"));
     let embedded = [a.chunks_embedded, b.chunks_embedded];
-    assert!(embedded.contains(&0), "one of the two must find a fresh manifest: {embedded:?}");
+    assert!(
+        embedded.contains(&0),
+        "one of the two must find a fresh manifest: {embedded:?}"
+    );
     assert!(embedded.iter().any(|n| *n > 0));
     // CSV rows are parts of their file: one manifest entry per row.
     let manifest = f.store.manifest("kb").expect("manifest");
-    let ids: Vec<&str> = manifest.sources.iter().map(|s| s.source_id.as_str()).collect();
-    assert_eq!(ids, vec!["refunds.md", "stores.csv#row=1", "stores.csv#row=2"]);
+    let ids: Vec<&str> = manifest
+        .sources
+        .iter()
+        .map(|s| s.source_id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        vec!["refunds.md", "stores.csv#row=1", "stores.csv#row=2"]
+    );
 }
 
 #[tokio::test]
@@ -95,13 +107,21 @@ async fn a_changed_source_reembeds_only_its_changed_chunks() {
     let first = p.ingest(&request(&f, false), None).await.expect("ingest");
     assert_eq!(first.sources_ingested, 2);
     // Change one CSV row: only that row's chunk is new.
-    std::fs::write(f.corpus.join("stores.csv"), "city,opening hours\nLyon,9-18\nNantes,11-20\n").expect("write");
+    std::fs::write(
+        f.corpus.join("stores.csv"),
+        "city,opening hours\nLyon,9-18\nNantes,11-20\n",
+    )
+    .expect("write");
     let second = p.ingest(&request(&f, false), None).await.expect("ingest");
     assert_eq!(second.sources_ingested, 1);
     assert_eq!(second.sources_skipped, 1);
     assert_eq!(second.chunks_embedded, 1, "{second:?}");
     // Remove a row: its part is purged.
-    std::fs::write(f.corpus.join("stores.csv"), "city,opening hours\nLyon,9-18\n").expect("write");
+    std::fs::write(
+        f.corpus.join("stores.csv"),
+        "city,opening hours\nLyon,9-18\n",
+    )
+    .expect("write");
     let third = p.ingest(&request(&f, false), None).await.expect("ingest");
     assert_eq!(third.chunks_embedded, 0, "{third:?}");
     assert_eq!(third.sources_removed, 1, "{third:?}");
@@ -120,10 +140,21 @@ async fn another_embedding_profile_fails_loudly_unless_reindex() {
         .await
         .expect_err("profile drift is an error")
         .to_string();
-    assert!(error.contains("--reindex") && error.contains("bge-small-en-v1.5"), "{error}");
-    let rebuilt = minilm.ingest(&request(&f, true), None).await.expect("reindex");
+    assert!(
+        error.contains("--reindex") && error.contains("bge-small-en-v1.5"),
+        "{error}"
+    );
+    let rebuilt = minilm
+        .ingest(&request(&f, true), None)
+        .await
+        .expect("reindex");
     assert_eq!(rebuilt.sources_ingested, 2);
-    let profile = f.store.manifest("kb").expect("manifest").profile.expect("profile");
+    let profile = f
+        .store
+        .manifest("kb")
+        .expect("manifest")
+        .profile
+        .expect("profile");
     assert_eq!(profile.model, "all-MiniLM-L6-v2");
 }
 
@@ -133,9 +164,13 @@ async fn a_corrupt_manifest_entry_degrades_to_full_ingestion_with_a_warning() {
     let p = pipeline(&f, embedder("bge-small-en-v1.5"));
     p.ingest(&request(&f, false), None).await.expect("ingest");
     let tree = f.store.db().open_tree("col/kb").expect("tree");
-    tree.insert(b"s/refunds.md", b"{ not json".to_vec()).expect("corrupt");
+    tree.insert(b"s/refunds.md", b"{ not json".to_vec())
+        .expect("corrupt");
     let report = p.ingest(&request(&f, false), None).await.expect("ingest");
-    assert!(report.warnings.iter().any(|w| w.contains("corrupt")), "{report:?}");
+    assert!(
+        report.warnings.iter().any(|w| w.contains("corrupt")),
+        "{report:?}"
+    );
     assert_eq!(report.sources_ingested, 1, "{report:?}");
     let manifest = f.store.manifest("kb").expect("manifest");
     assert!(manifest.corrupt_entries.is_empty(), "{manifest:?}");
