@@ -1,8 +1,15 @@
 //! The daemon's implementation of the crews' `KnowledgeService` port: kickoff-time ingestion of
 //! a crew's `rag:` collections through the incremental pipeline, and retrieval-only
 //! augmentation (no LLM call) through the configured profile's pipeline.
+//!
+//! Each collection has a read/write gate: an ingestion (a kickoff's bootstrap or a hot reload)
+//! holds it for writing, retrievals for reading, so a query never sees a collection with some of
+//! its changed sources updated and others not.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use tokio::sync::RwLock;
 
 use async_trait::async_trait;
 use orkeon_crews::ports::{
@@ -19,6 +26,7 @@ pub struct DaemonKnowledge {
     ingestion: Arc<IngestionPipeline>,
     resolver: Arc<ProfileResolver>,
     profile: String,
+    gates: std::sync::Mutex<HashMap<String, Arc<RwLock<()>>>>,
 }
 
 impl DaemonKnowledge {
@@ -31,7 +39,14 @@ impl DaemonKnowledge {
             ingestion,
             resolver,
             profile,
+            gates: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The read/write gate of a collection.
+    fn gate(&self, collection: &str) -> Arc<RwLock<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.entry(collection.to_string()).or_default().clone()
     }
 
     async fn bootstrap_one(&self, request: CollectionRequest) -> CollectionStatus {
@@ -53,6 +68,8 @@ impl DaemonKnowledge {
             chunking,
             reindex: false,
         };
+        let gate = self.gate(&request.name);
+        let _writing = gate.write().await;
         match self.ingestion.ingest(&ingest, None).await {
             Ok(report) => {
                 let chunks = self
@@ -133,6 +150,8 @@ impl KnowledgeService for DaemonKnowledge {
         let mut per_collection = Vec::new();
         let mut traces = Vec::new();
         for collection in collections {
+            let gate = self.gate(collection);
+            let _reading = gate.read().await;
             let answer = retriever
                 .retrieve(&RagQuery {
                     text: query.to_string(),
