@@ -6,6 +6,7 @@
 
 pub mod chunk;
 pub mod embed;
+pub mod eval;
 pub mod ingest;
 pub mod load;
 pub mod query;
