@@ -4,4 +4,7 @@
 //! engine, the process engines, and the ports other crates implement ([`ports`]). Depends on no
 //! other workspace crate.
 
+pub mod graph;
 pub mod ports;
+pub mod run;
+pub mod spec;

@@ -1,0 +1,410 @@
+//! Crew files: the YAML schema, its parsing and its validation into a [`CrewSpec`].
+//!
+//! A crew file (`*.yaml` / `*.yml`) declares one crew:
+//!
+//! ```yaml
+//! name: support            # optional; defaults to the file stem
+//! description: optional
+//! process: sequential      # sequential (default) | hierarchical | graph
+//! llm: { provider: extractive }   # optional; free-form map handed to the LLM factory
+//! manager: { llm: { ... } }       # hierarchical only, optional (defaults to the crew llm)
+//! rag:
+//!   collections:
+//!     product-kb:
+//!       sources: [kb/faq.md, "kb/**/*.md"]   # relative to the crew file
+//!       chunking: { strategy: recursive, max_tokens: 256, overlap: 32 }   # optional map
+//! agents:                  # at least one; file order is kept
+//!   support:
+//!     role: Support agent
+//!     goal: Answer from the knowledge base
+//!     backstory: optional
+//!     knowledge: [product-kb]      # names of `rag.collections`
+//!     tools: [rag_search]          # rag_search | rag_ingest | rag_eval
+//!     max_passages: 5              # optional, >= 1
+//! tasks:                   # at least one; names unique
+//!   - name: answer
+//!     agent: support
+//!     description: "Answer the customer: {{ inputs.question }}"
+//!     expected_output: A short answer with [n] citations
+//!     context: [earlier_task]      # optional: outputs of these tasks are given to this one
+//! graph:                   # required for `process: graph`, refused otherwise
+//!   start: draft
+//!   edges:                 # first matching edge (in file order) wins
+//!     - { from: draft, to: review }
+//!     - { from: review, to: draft, when: { output_contains: "REVISE" } }
+//!     - { from: review, to: end }          # `end` ends the run
+//!   max_iterations: 10     # node executions in total (default 10)
+//!   max_seconds: 300       # wall-clock budget of the whole graph (default 300)
+//! kickoff: { on_load: false, inputs: { question: "..." } }   # optional
+//! on_degraded: continue    # continue (default) | fail — a declared collection is empty/failed
+//! ```
+//!
+//! Rules checked at parse time (each failure is a [`SpecError`] with the file, line and
+//! column of the offending value and, where one exists, the nearest valid name):
+//!
+//! - YAML syntax, unknown fields anywhere, wrong value types, duplicate keys;
+//! - names (crew, agents, tasks, collections) are 1–64 characters of `A-Z a-z 0-9 _ - .`,
+//!   starting with a letter or digit;
+//! - at least one agent and one task; task names unique;
+//! - every task names a declared agent; every `knowledge:` entry names a declared
+//!   collection; every tool is known;
+//! - `context:` names other declared tasks; for `sequential` and `hierarchical` only tasks
+//!   that come earlier in the file (their outputs exist by then); for `graph` any other task
+//!   (its latest output, once it has run);
+//! - `graph:` present exactly when `process: graph`; `manager:` only for `hierarchical`;
+//! - graph edges name declared tasks (`to` may also be `end`); `start` is a task; every task
+//!   is reachable from `start` and has at least one outgoing edge; `when` holds exactly one
+//!   of `output_contains`, `output_not_contains`, `output_matches` (a valid regex);
+//!   no task may be called `end` in a graph crew;
+//! - `{{ … }}` placeholders in descriptions and expected outputs are closed.
+//!
+//! Task descriptions and expected outputs may use `{{ inputs.NAME }}`;
+//! [`CrewSpec::required_inputs`] lists the names and [`template`] renders them.
+
+mod raw;
+pub mod suggest;
+pub mod template;
+mod validate;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ports::{AgentProfile, CollectionRequest};
+
+/// Tools an agent may list under `tools:`.
+pub const KNOWN_TOOLS: &[&str] = &["rag_search", "rag_ingest", "rag_eval"];
+
+/// The name a graph edge uses for "the run ends here".
+pub const GRAPH_END: &str = "end";
+
+/// Default `graph.max_iterations`.
+pub const DEFAULT_MAX_ITERATIONS: usize = 10;
+
+/// Default `graph.max_seconds`.
+pub const DEFAULT_MAX_SECONDS: u64 = 300;
+
+/// How a crew's tasks are scheduled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessKind {
+    /// Tasks in file order.
+    #[default]
+    Sequential,
+    /// A manager model assigns each task to an agent and reviews the result.
+    Hierarchical,
+    /// Tasks are nodes of a bounded state graph with conditional edges.
+    Graph,
+}
+
+impl fmt::Display for ProcessKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProcessKind::Sequential => "sequential",
+            ProcessKind::Hierarchical => "hierarchical",
+            ProcessKind::Graph => "graph",
+        })
+    }
+}
+
+/// What a run does when a declared collection is empty or failed to ingest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DegradedPolicy {
+    /// Run anyway and report the run `degraded` with the reason.
+    #[default]
+    Continue,
+    /// Fail the run before any task starts.
+    Fail,
+}
+
+/// One validated crew file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CrewSpec {
+    pub name: String,
+    /// The crew file as given to the parser.
+    pub file: PathBuf,
+    /// The folder relative `rag:` sources resolve against (the crew file's folder).
+    pub base_dir: PathBuf,
+    pub description: Option<String>,
+    pub process: ProcessKind,
+    /// Free-form LLM settings for the LLM factory (always a JSON object when present).
+    pub llm: Option<serde_json::Value>,
+    /// Hierarchical only.
+    pub manager: Option<ManagerSpec>,
+    pub rag: RagSpec,
+    /// In file order.
+    pub agents: Vec<AgentSpec>,
+    /// In file order.
+    pub tasks: Vec<TaskSpec>,
+    /// Present exactly when `process` is [`ProcessKind::Graph`].
+    pub graph: Option<GraphSpec>,
+    pub kickoff: KickoffSpec,
+    pub on_degraded: DegradedPolicy,
+}
+
+/// The manager of a hierarchical crew.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ManagerSpec {
+    /// Free-form LLM settings; `None` means "use the crew's `llm`".
+    pub llm: Option<serde_json::Value>,
+}
+
+/// The crew's `rag:` block.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RagSpec {
+    /// In file order.
+    pub collections: Vec<CollectionSpec>,
+}
+
+/// One `rag.collections` entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CollectionSpec {
+    pub name: String,
+    /// Paths or glob patterns, relative to the crew file's folder unless absolute.
+    pub sources: Vec<String>,
+    /// Chunking settings as written (a JSON object); validated by `knowledge`.
+    pub chunking: Option<serde_json::Value>,
+}
+
+/// One agent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentSpec {
+    pub name: String,
+    pub role: String,
+    pub goal: String,
+    pub backstory: Option<String>,
+    /// Names of `rag.collections` this agent retrieves from.
+    pub knowledge: Vec<String>,
+    /// Names from [`KNOWN_TOOLS`].
+    pub tools: Vec<String>,
+    pub max_passages: Option<usize>,
+}
+
+impl AgentSpec {
+    /// The agent as the [`crate::ports::TaskRunner`] port sees it.
+    pub fn profile(&self) -> AgentProfile {
+        AgentProfile {
+            name: self.name.clone(),
+            role: self.role.clone(),
+            goal: self.goal.clone(),
+            backstory: self.backstory.clone(),
+            knowledge: self.knowledge.clone(),
+            tools: self.tools.clone(),
+        }
+    }
+}
+
+/// One task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskSpec {
+    pub name: String,
+    /// The agent named in the file (hierarchical managers may reassign it).
+    pub agent: String,
+    /// May contain `{{ inputs.NAME }}` placeholders.
+    pub description: String,
+    /// May contain `{{ inputs.NAME }}` placeholders.
+    pub expected_output: String,
+    /// Tasks whose outputs this task receives; `None` means "the previous task's output".
+    pub context: Option<Vec<String>>,
+}
+
+/// The `graph:` block of a `process: graph` crew.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphSpec {
+    pub start: String,
+    /// In file order; for a given `from`, the first edge whose predicate holds wins.
+    pub edges: Vec<EdgeSpec>,
+    /// Node executions in total.
+    pub max_iterations: usize,
+    /// Wall-clock budget of the whole graph, in seconds.
+    pub max_seconds: u64,
+}
+
+impl GraphSpec {
+    /// The edges leaving `task`, in file order.
+    pub fn edges_from<'a>(&'a self, task: &'a str) -> impl Iterator<Item = &'a EdgeSpec> + 'a {
+        self.edges.iter().filter(move |e| e.from == task)
+    }
+}
+
+/// One graph edge.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EdgeSpec {
+    pub from: String,
+    /// A task name or [`GRAPH_END`].
+    pub to: String,
+    /// `None` means the edge always matches.
+    pub when: Option<EdgePredicate>,
+}
+
+impl EdgeSpec {
+    /// Whether this edge is taken after its `from` task produced `output`.
+    pub fn matches(&self, output: &str) -> bool {
+        self.when.as_ref().is_none_or(|p| p.holds(output))
+    }
+}
+
+/// A condition on the output of an edge's `from` task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgePredicate {
+    OutputContains(String),
+    OutputNotContains(String),
+    OutputMatches(OutputPattern),
+}
+
+impl EdgePredicate {
+    /// Whether the predicate holds for `output`.
+    pub fn holds(&self, output: &str) -> bool {
+        match self {
+            EdgePredicate::OutputContains(needle) => output.contains(needle.as_str()),
+            EdgePredicate::OutputNotContains(needle) => !output.contains(needle.as_str()),
+            EdgePredicate::OutputMatches(pattern) => pattern.regex().is_match(output),
+        }
+    }
+}
+
+/// A compiled `output_matches` regular expression (compared and serialised by its source).
+#[derive(Debug, Clone)]
+pub struct OutputPattern(regex::Regex);
+
+impl OutputPattern {
+    /// Compiles `pattern`.
+    pub fn new(pattern: &str) -> Result<Self, regex::Error> {
+        regex::Regex::new(pattern).map(OutputPattern)
+    }
+
+    pub fn regex(&self) -> &regex::Regex {
+        &self.0
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl PartialEq for OutputPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Serialize for OutputPattern {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// The `kickoff:` block.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct KickoffSpec {
+    /// Run the crew as soon as it is loaded.
+    pub on_load: bool,
+    /// Default inputs (scalars as written, converted to strings).
+    pub inputs: BTreeMap<String, String>,
+}
+
+impl CrewSpec {
+    /// The agent called `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// The task called `name`.
+    pub fn task(&self, name: &str) -> Option<&TaskSpec> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+
+    /// Every `{{ inputs.NAME }}` used by a task description or expected output.
+    pub fn required_inputs(&self) -> BTreeSet<String> {
+        self.tasks
+            .iter()
+            .flat_map(|t| {
+                template::input_names(&t.description)
+                    .into_iter()
+                    .chain(template::input_names(&t.expected_output))
+            })
+            .collect()
+    }
+
+    /// The file's `kickoff.inputs`, overridden by `given`.
+    pub fn effective_inputs(&self, given: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut inputs = self.kickoff.inputs.clone();
+        inputs.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
+        inputs
+    }
+
+    /// The `rag:` collections as requests for the knowledge service, resolved against
+    /// [`CrewSpec::base_dir`].
+    pub fn collection_requests(&self) -> Vec<CollectionRequest> {
+        self.rag
+            .collections
+            .iter()
+            .map(|c| CollectionRequest {
+                name: c.name.clone(),
+                base_dir: self.base_dir.clone(),
+                sources: c.sources.clone(),
+                chunking: c.chunking.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Why a crew file was refused: where (file, line, column), what, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    pub file: PathBuf,
+    /// 1-based; `None` when the problem concerns the whole file.
+    pub line: Option<usize>,
+    /// 1-based, in characters.
+    pub column: Option<usize>,
+    pub message: String,
+    /// The nearest valid name or the list of valid values, when there is one.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(column) = self.column {
+                write!(f, ":{column}")?;
+            }
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, " ({hint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// Reads and validates the crew file at `path`.
+pub fn parse_crew_file(path: &Path) -> Result<CrewSpec, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+        file: path.to_path_buf(),
+        line: None,
+        column: None,
+        message: format!("cannot read the crew file: {e}"),
+        hint: Some("check that the file exists, is readable and is UTF-8 text".to_string()),
+    })?;
+    parse_crew_str(&text, path)
+}
+
+/// Validates crew YAML `text`; `path` names the file in errors, gives the default crew
+/// name (its stem) and the folder relative sources resolve against.
+pub fn parse_crew_str(text: &str, path: &Path) -> Result<CrewSpec, SpecError> {
+    let options = serde_saphyr::options! { with_snippet: false };
+    let raw: raw::RawCrew = serde_saphyr::from_str_with_options(text, options)
+        .map_err(|e| validate::yaml_error(path, &e))?;
+    validate::validate(raw, path)
+}
+
+#[cfg(test)]
+mod tests;
