@@ -2,12 +2,14 @@
 //! measured number.
 //!
 //! - [`dataset`]: golden YAML and BEIR datasets, loaded into one shape ([`load_dataset`]);
+//! - [`beir_files`]: BEIR documents written as `.txt` files for the ingestion pipeline;
 //! - [`source_refs`]: how golden refs match ingested source ids (suffix, part-aware);
 //! - [`metrics`]: recall@k, MRR@k, graded nDCG@k (`trec_eval` definitions);
 //! - [`judge`]: the generation judge (LLM verdict, or the deterministic heuristic);
 //! - [`report`]: per-case/per-profile results and their Markdown rendering;
 //! - [`gate`]: the CI floors and their check.
 
+pub mod beir_files;
 pub mod dataset;
 pub mod gate;
 pub mod judge;

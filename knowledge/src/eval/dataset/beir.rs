@@ -155,7 +155,12 @@ pub fn load(dir: &Path, split: &str) -> Result<EvalDataset, EvalError> {
         tracing::warn!(dataset = %name, "{warning}");
     }
     Ok(EvalDataset {
-        collection: collection_name("beir-", &name),
+        // `beir-<name>`, without doubling a name that already says it.
+        collection: if name.to_ascii_lowercase().starts_with("beir") {
+            collection_name("", &name)
+        } else {
+            collection_name("beir-", &name)
+        },
         name,
         corpus: CorpusSource::Beir { documents },
         cases,
