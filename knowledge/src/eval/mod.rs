@@ -4,6 +4,7 @@
 //! - [`dataset`]: golden YAML and BEIR datasets, loaded into one shape ([`load_dataset`]);
 //! - [`beir_files`]: BEIR documents written as `.txt` files for the ingestion pipeline;
 //! - [`source_refs`]: how golden refs match ingested source ids (suffix, part-aware);
+//! - [`ranking`]: retrieved chunks → a de-duplicated ranking of document keys;
 //! - [`metrics`]: recall@k, MRR@k, graded nDCG@k (`trec_eval` definitions);
 //! - [`judge`]: the generation judge (LLM verdict, or the deterministic heuristic);
 //! - [`report`]: per-case/per-profile results and their Markdown rendering;
@@ -14,6 +15,7 @@ pub mod dataset;
 pub mod gate;
 pub mod judge;
 pub mod metrics;
+pub mod ranking;
 pub mod report;
 pub mod source_refs;
 
@@ -57,6 +59,16 @@ pub enum EvalError {
         split: String,
         available: Vec<String>,
     },
+    #[error("invalid evaluation options: {0}")]
+    InvalidOptions(String),
+    #[error("ingesting the corpus of dataset '{dataset}' failed: {source}")]
+    Ingest {
+        dataset: String,
+        #[source]
+        source: crate::ingest::IngestError,
+    },
+    #[error("evaluation task failed: {0}")]
+    Task(String),
     #[error("floors file {path}: {message}")]
     InvalidFloors { path: PathBuf, message: String },
 }
