@@ -1,6 +1,23 @@
 //! Orkeon's composition root: configuration, actors, watchers, gRPC server and the CLI.
+//!
+//! - [`config`]: layered configuration (figment).
+//! - [`knowledge_host`], [`knowledge_service`]: the knowledge services of one process.
+//! - [`runs`], [`registry`], [`engine`], [`actors`], [`watch`]: crews, runs and actors.
+//! - [`grpc`], [`proto`], [`client`]: the control plane and its CLI client.
+//! - [`cli`], [`commands`], [`output`]: the command line.
 
+pub mod actors;
 pub mod cli;
+pub mod client;
+pub mod commands;
 pub mod config;
+pub mod engine;
+pub mod grpc;
+pub mod knowledge_host;
+pub mod knowledge_service;
+pub mod output;
 pub mod proto;
+pub mod registry;
 pub mod runs;
+pub mod services;
+pub mod watch;

@@ -2,15 +2,19 @@
 //!
 //! Ingestion: [`load`] → [`validate`] → [`chunk`] → [`embed`] → [`store`], orchestrated
 //! incrementally by [`ingest`]. Query: the staged pipeline in [`query`] (transform → retrieve →
-//! fuse → rerank → assemble → generate → groundedness).
+//! fuse → rerank → assemble → generate → groundedness); the corrective graph in [`corrective`]
+//! (with its opt-in [`web`] fallback) and adaptive routing in [`routing`].
 
 pub mod chunk;
+pub mod corrective;
 pub mod embed;
 pub mod eval;
 pub mod ingest;
 pub mod load;
 pub mod query;
+pub mod routing;
 pub mod settings;
 pub mod store;
 pub mod types;
 pub mod validate;
+pub mod web;

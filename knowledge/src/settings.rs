@@ -191,6 +191,16 @@ pub struct RagSettings {
     pub collection: Option<String>,
     pub ingestion: IngestionSettings,
     pub store: StoreSettings,
+    // Query-side keys (types in `crate::query::options`; unset = the profile preset's value).
+    pub retrieval: crate::query::options::RetrievalSettings,
+    pub query_transform: crate::query::options::QueryTransformSettings,
+    pub rerank: crate::query::options::RerankSettings,
+    pub context: crate::query::options::ContextSettings,
+    pub groundedness: crate::query::options::GroundednessSettings,
+    pub generation: crate::query::options::GenerationSettings,
+    pub query_routing: crate::query::options::QueryRoutingSettings,
+    pub corrective: crate::query::options::CorrectiveSettings,
+    pub web_fallback: crate::query::options::WebFallbackSettings,
 }
 
 impl Default for RagSettings {
@@ -200,6 +210,15 @@ impl Default for RagSettings {
             collection: None,
             ingestion: IngestionSettings::default(),
             store: StoreSettings::default(),
+            retrieval: Default::default(),
+            query_transform: Default::default(),
+            rerank: Default::default(),
+            context: Default::default(),
+            groundedness: Default::default(),
+            generation: Default::default(),
+            query_routing: Default::default(),
+            corrective: Default::default(),
+            web_fallback: Default::default(),
         }
     }
 }

@@ -235,7 +235,11 @@ impl IngestionPipeline {
             }
         }
 
+        // One source's commit runs on a blocking thread while the next source is fetched,
+        // chunked and embedded: the model never waits for sled or tantivy. Commits stay in
+        // source order (the previous one is awaited before the next starts).
         let total = expansion.sources.len();
+        let mut in_flight: Option<CommitJob> = None;
         for (index, source) in expansion.sources.iter().enumerate() {
             let outcome = self
                 .ingest_source(
@@ -248,10 +252,13 @@ impl IngestionPipeline {
                     &mut report,
                 )
                 .await?;
+            if let Some(job) = in_flight.take() {
+                self.finish_commit(collection, job, &mut report).await?;
+            }
             match outcome {
                 SourceOutcome::Skipped => report.sources_skipped += 1,
-                SourceOutcome::Ingested => report.sources_ingested += 1,
                 SourceOutcome::Quarantined => {}
+                SourceOutcome::Ready(job) => in_flight = Some(job),
             }
             if let Some(progress) = progress {
                 progress(IngestProgress {
@@ -260,6 +267,9 @@ impl IngestionPipeline {
                     source: source.id.clone(),
                 });
             }
+        }
+        if let Some(job) = in_flight.take() {
+            self.finish_commit(collection, job, &mut report).await?;
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
@@ -436,7 +446,16 @@ impl IngestionPipeline {
             report.chunks_embedded += missing.len();
         }
 
-        // Commit part by part (each atomic), then purge parts that disappeared.
+        if kept_parts.is_empty() {
+            // Every part was refused: whatever of the file was searchable goes too.
+            for id in &previous {
+                self.store.delete_source(collection, id)?;
+                report.sources_removed += 1;
+            }
+            return Ok(SourceOutcome::Quarantined);
+        }
+        // Commit part by part (each atomic), then purge parts that disappeared — started now,
+        // awaited by the caller after it has prepared the next source.
         let store = self.store.clone();
         let collection_owned = collection.to_string();
         let stale: Vec<String> = previous
@@ -445,7 +464,7 @@ impl IngestionPipeline {
             .map(|id| id.to_string())
             .collect();
         let upserted: usize = pending.iter().map(|(_, chunks)| chunks.len()).sum();
-        let removed = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
+        let handle = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
             for (record, chunks) in pending {
                 store.replace_source(&collection_owned, record, chunks)?;
             }
@@ -453,20 +472,34 @@ impl IngestionPipeline {
                 store.delete_source(&collection_owned, id)?;
             }
             Ok(stale.len())
-        })
-        .await
-        .map_err(|e| IngestError::Task(e.to_string()))??;
-        report.chunks_upserted += upserted;
+        });
+        Ok(SourceOutcome::Ready(CommitJob {
+            handle,
+            upserted,
+            kept_parts,
+        }))
+    }
+
+    /// Waits for a source's commit and records its outcome.
+    async fn finish_commit(
+        &self,
+        collection: &str,
+        job: CommitJob,
+        report: &mut IngestReport,
+    ) -> Result<(), IngestError> {
+        let removed = job
+            .handle
+            .await
+            .map_err(|e| IngestError::Task(e.to_string()))??;
+        report.chunks_upserted += job.upserted;
         report.sources_removed += removed;
-        for part in &kept_parts {
+        report.sources_ingested += 1;
+        for part in &job.kept_parts {
             self.quarantine
                 .remove(collection, part)
                 .map_err(|e| IngestError::Quarantine(e.to_string()))?;
         }
-        if kept_parts.is_empty() {
-            return Ok(SourceOutcome::Quarantined);
-        }
-        Ok(SourceOutcome::Ingested)
+        Ok(())
     }
 
     /// Integrity and injection checks of one parsed document.
@@ -539,8 +572,16 @@ impl IngestionPipeline {
 
 enum SourceOutcome {
     Skipped,
-    Ingested,
     Quarantined,
+    /// Prepared and embedded; its commit is running.
+    Ready(CommitJob),
+}
+
+/// A source's commit in flight.
+struct CommitJob {
+    handle: tokio::task::JoinHandle<Result<usize, StoreError>>,
+    upserted: usize,
+    kept_parts: BTreeSet<String>,
 }
 
 enum DocumentVerdict {
@@ -571,3 +612,6 @@ fn now_rfc3339() -> String {
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests;

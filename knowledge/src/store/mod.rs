@@ -7,6 +7,21 @@
 
 use serde::{Deserialize, Serialize};
 
+mod bm25;
+mod collection_tree;
+#[cfg(test)]
+mod crash_tests;
+mod embedded;
+mod exact_vectors;
+mod hnsw_snapshot;
+mod hybrid;
+mod index_stamp;
+mod layout;
+mod vector_index;
+
+pub use embedded::{EmbeddedStore, validate_collection_name};
+pub use hybrid::reciprocal_rank_fusion;
+
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
 
 /// One source's entry in a collection's incremental manifest (also its provenance record).
@@ -54,6 +69,17 @@ pub enum StoreError {
     },
     #[error("invalid collection name '{0}': use letters, digits, '-', '_' and '.' (max 128)")]
     InvalidName(String),
+    /// A `replace_source` call whose chunks do not fit its record or the collection (wrong
+    /// source, wrong vector dimension, duplicated id, chunk ids not matching the record).
+    #[error("collection '{collection}', source '{source_id}': {reason}")]
+    InvalidBatch {
+        collection: String,
+        source_id: String,
+        reason: String,
+    },
+    /// A search lacking what its mode needs, or with a query vector of the wrong dimension.
+    #[error("search in collection '{collection}': {reason}")]
+    InvalidRequest { collection: String, reason: String },
     #[error("store I/O failed: {0}")]
     Io(String),
     #[error("store data is corrupt: {0}")]

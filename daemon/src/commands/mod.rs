@@ -1,0 +1,6 @@
+//! Command implementations behind the CLI.
+
+pub mod crew;
+pub mod daemon;
+pub mod models;
+pub mod rag;

@@ -1,0 +1,353 @@
+//! The crew engine: kickoff → run id at once; each run (a `CrewRun`) bootstraps the crew's
+//! `rag:` collections, spawns one agent actor per agent, runs the process, and records every
+//! event in the run store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use orkeon_agents::llm::{LlmSettings, build_chat_model, settings_with_overrides};
+use orkeon_agents::prompts::PromptTemplates;
+use orkeon_agents::runner::AgentTaskRunner;
+use orkeon_crews::ports::{ChatModel, KnowledgeService, TaskRunner};
+use orkeon_crews::run::{ProcessContext, RunEvent, RunEventSink, RunStatus, run_process};
+use orkeon_crews::spec::{CrewSpec, DegradedPolicy};
+use tokio::sync::watch;
+
+use crate::actors::AgentPool;
+use crate::registry::CrewRegistry;
+use crate::runs::{RunRecord, RunState, RunStore, RunStoreError, now};
+
+/// Why a kickoff was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("crew '{name}' is not loaded (known crews: {known})")]
+    UnknownCrew { name: String, known: String },
+    #[error("crew '{name}' has no valid version: {error}")]
+    InvalidCrew { name: String, error: String },
+    #[error("missing input '{0}': pass it with --input {0}=VALUE")]
+    MissingInput(String),
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Store(#[from] RunStoreError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Runs crews.
+pub struct CrewEngine {
+    pub registry: Arc<CrewRegistry>,
+    pub runs: Arc<RunStore>,
+    knowledge: Arc<dyn KnowledgeService>,
+    llm: LlmSettings,
+    templates: Arc<PromptTemplates>,
+    active: Mutex<HashMap<String, ActiveRun>>,
+    shutting_down: watch::Sender<bool>,
+}
+
+/// A run in flight: its cancel switch and its task.
+type ActiveRun = (watch::Sender<bool>, tokio::task::JoinHandle<()>);
+
+/// Appends crews' run events to the run store.
+struct StoreSink {
+    runs: Arc<RunStore>,
+    run_id: String,
+}
+
+impl RunEventSink for StoreSink {
+    fn emit(&self, event: RunEvent) {
+        let value = serde_json::to_value(&event).unwrap_or_default();
+        if let Err(error) = self.runs.append(&self.run_id, value) {
+            tracing::error!(run_id = %self.run_id, %error, "cannot record a run event");
+        }
+    }
+}
+
+impl CrewEngine {
+    pub fn new(
+        registry: Arc<CrewRegistry>,
+        runs: Arc<RunStore>,
+        knowledge: Arc<dyn KnowledgeService>,
+        llm: LlmSettings,
+        templates: Arc<PromptTemplates>,
+    ) -> Self {
+        Self {
+            registry,
+            runs,
+            knowledge,
+            llm,
+            templates,
+            active: Mutex::new(HashMap::new()),
+            shutting_down: watch::channel(false).0,
+        }
+    }
+
+    /// Starts a run of a registered crew; returns its record at once.
+    pub fn kickoff(
+        self: &Arc<Self>,
+        crew: &str,
+        inputs: BTreeMap<String, String>,
+        idempotency_key: Option<String>,
+    ) -> Result<RunRecord, EngineError> {
+        if *self.shutting_down.borrow() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let entry = self
+            .registry
+            .get(crew)
+            .ok_or_else(|| EngineError::UnknownCrew {
+                name: crew.to_string(),
+                known: self.registry.names().join(", "),
+            })?;
+        let spec = entry.spec.clone().ok_or_else(|| EngineError::InvalidCrew {
+            name: crew.to_string(),
+            error: entry.error.clone().unwrap_or_default(),
+        })?;
+        self.start(spec, inputs, idempotency_key)
+    }
+
+    /// Starts a run of the given spec (used by `orkeon crew run` and by kickoff).
+    pub fn start(
+        self: &Arc<Self>,
+        spec: Arc<CrewSpec>,
+        inputs: BTreeMap<String, String>,
+        idempotency_key: Option<String>,
+    ) -> Result<RunRecord, EngineError> {
+        let mut inputs = inputs;
+        for (key, value) in &spec.kickoff.inputs {
+            inputs.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        if let Some(missing) = spec
+            .required_inputs()
+            .into_iter()
+            .find(|k| !inputs.contains_key(k))
+        {
+            return Err(EngineError::MissingInput(missing));
+        }
+        let record = RunRecord {
+            run_id: uuid::Uuid::now_v7().to_string(),
+            crew: spec.name.clone(),
+            crew_file: spec.file.display().to_string(),
+            state: RunState::Running,
+            inputs: inputs.clone(),
+            started_at: now(),
+            finished_at: None,
+            reason: None,
+            final_output: None,
+            idempotency_key,
+            last_seq: 0,
+        };
+        let (record, created) = self.runs.create(record)?;
+        if !created {
+            return Ok(record);
+        }
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let engine = self.clone();
+        let run_id = record.run_id.clone();
+        let task_run_id = run_id.clone();
+        let handle = tokio::spawn(async move {
+            engine
+                .execute(task_run_id.clone(), spec, inputs, cancel_rx)
+                .await;
+            engine.runs.close_live(&task_run_id);
+            let mut active = engine.active.lock().unwrap_or_else(|p| p.into_inner());
+            active.remove(&task_run_id);
+        });
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if !handle.is_finished() {
+            active.insert(run_id, (cancel_tx, handle));
+        }
+        Ok(record)
+    }
+
+    /// Asks a run to stop between tasks. Returns false when it is not running here.
+    pub fn cancel(&self, run_id: &str) -> bool {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        match active.get(run_id) {
+            Some((cancel, _)) => cancel.send(true).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Waits for a run to end (used by `orkeon crew run`).
+    pub async fn wait(&self, run_id: &str) -> Result<RunRecord, EngineError> {
+        let mut rx = self.runs.subscribe(run_id);
+        loop {
+            let run = self.runs.get(run_id)?;
+            if run.state.is_terminal() {
+                return Ok(run);
+            }
+            match tokio::time::timeout(std::time::Duration::from_millis(500), rx.recv()).await {
+                Ok(Ok(_)) | Err(_) => {}
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => {
+                    rx = self.runs.subscribe(run_id);
+                }
+            }
+        }
+    }
+
+    /// Refuses new kickoffs, lets runs finish until `grace`, then cancels the rest.
+    pub async fn shutdown(&self, grace: std::time::Duration) {
+        let _ = self.shutting_down.send(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let pending: Vec<String> = {
+                let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+                active
+                    .iter()
+                    .filter(|(_, (_, h))| !h.is_finished())
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            };
+            if pending.is_empty() {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(runs = pending.len(), "grace period over: cancelling runs");
+                for id in &pending {
+                    self.cancel(id);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    fn chat_model(&self, spec: &CrewSpec) -> Result<Arc<dyn ChatModel>, String> {
+        let settings = match &spec.llm {
+            Some(overrides) => settings_with_overrides(&self.llm, overrides)
+                .map_err(|e| format!("{}: llm: {e}", spec.file.display()))?,
+            None => self.llm.clone(),
+        };
+        build_chat_model(&settings).map_err(|e| e.to_string())
+    }
+
+    async fn execute(
+        &self,
+        run_id: String,
+        spec: Arc<CrewSpec>,
+        inputs: BTreeMap<String, String>,
+        cancel: watch::Receiver<bool>,
+    ) {
+        let sink: Arc<dyn RunEventSink> = Arc::new(StoreSink {
+            runs: self.runs.clone(),
+            run_id: run_id.clone(),
+        });
+        sink.emit(RunEvent::RunStarted {
+            run_id: run_id.clone(),
+            crew: spec.name.clone(),
+            process: spec.process,
+            inputs: inputs.clone(),
+        });
+        tracing::info!(run_id = %run_id, crew = %spec.name, "run started");
+
+        // 1. Knowledge.
+        let requests = spec.collection_requests();
+        let mut degraded: Vec<String> = Vec::new();
+        if !requests.is_empty() {
+            match self.knowledge.bootstrap(requests).await {
+                Ok(statuses) => {
+                    for status in statuses {
+                        if status.state != "ready" {
+                            degraded.push(status.reason.clone().unwrap_or_else(|| {
+                                format!("collection '{}' is {}", status.name, status.state)
+                            }));
+                        }
+                        sink.emit(RunEvent::CollectionIngested { status });
+                    }
+                }
+                Err(error) => degraded.push(format!("knowledge bootstrap failed: {error}")),
+            }
+        }
+        if !degraded.is_empty() && matches!(spec.on_degraded, DegradedPolicy::Fail) {
+            let reason = format!("{} (on_degraded: fail)", degraded.join("; "));
+            self.end(&sink, &run_id, RunState::Failed, Some(reason), None);
+            return;
+        }
+
+        // 2. Agents as actors.
+        let chat = match self.chat_model(&spec) {
+            Ok(chat) => chat,
+            Err(error) => {
+                self.end(&sink, &run_id, RunState::Failed, Some(error), None);
+                return;
+            }
+        };
+        let runner: Arc<dyn TaskRunner> = Arc::new(AgentTaskRunner::new(
+            chat.clone(),
+            Some(self.knowledge.clone()),
+            self.templates.clone(),
+        ));
+        let agents: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
+        let pool = match AgentPool::spawn(&run_id, agents, runner).await {
+            Ok(pool) => Arc::new(pool),
+            Err(error) => {
+                self.end(&sink, &run_id, RunState::Failed, Some(error), None);
+                return;
+            }
+        };
+
+        // 3. The process.
+        let result = run_process(ProcessContext {
+            run_id: run_id.clone(),
+            crew: spec.clone(),
+            inputs,
+            runner: pool.clone(),
+            manager: Some(chat),
+            events: sink.clone(),
+            cancel,
+        })
+        .await;
+        if let Ok(pool) = Arc::try_unwrap(pool) {
+            pool.shutdown().await;
+        }
+
+        let final_output = result.outputs.last().map(|o| o.output.clone());
+        let mut reasons: Vec<String> = degraded;
+        reasons.extend(result.reason.clone());
+        let state = match result.status {
+            RunStatus::Failed => RunState::Failed,
+            RunStatus::Cancelled => RunState::Cancelled,
+            RunStatus::Degraded => RunState::Degraded,
+            _ if !reasons.is_empty() => RunState::Degraded,
+            _ => RunState::Finished,
+        };
+        let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+        self.end(&sink, &run_id, state, reason, final_output);
+    }
+
+    fn end(
+        &self,
+        sink: &Arc<dyn RunEventSink>,
+        run_id: &str,
+        state: RunState,
+        reason: Option<String>,
+        final_output: Option<String>,
+    ) {
+        let status = match state {
+            RunState::Finished | RunState::Running => RunStatus::Finished,
+            RunState::Degraded => RunStatus::Degraded,
+            RunState::Failed => RunStatus::Failed,
+            RunState::Cancelled => RunStatus::Cancelled,
+        };
+        sink.emit(RunEvent::RunFinished {
+            status,
+            reason: reason.clone(),
+            final_output: final_output.clone(),
+        });
+        if let Err(error) = self
+            .runs
+            .finish(run_id, state, reason.clone(), final_output)
+        {
+            tracing::error!(run_id, %error, "cannot record the end of a run");
+        }
+        tracing::info!(
+            run_id,
+            state = state.as_str(),
+            reason = reason.as_deref().unwrap_or(""),
+            "run ended"
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! Builds the knowledge services from the configuration: the embedded store, the embedder, the
+//! quarantine and the ingestion pipeline. One instance per process (sled allows one opener).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use orkeon_crews::ports::ChatModel;
+use orkeon_knowledge::embed::{Embedder, build_embedder};
+use orkeon_knowledge::ingest::IngestionPipeline;
+use orkeon_knowledge::query::{
+    GroundednessChecker, HeuristicGroundednessChecker, LlmGroundednessChecker, PipelineDeps,
+    ProfileResolver, RerankerFactory, TransformerFactory,
+};
+use orkeon_knowledge::settings::EmbeddingSettings;
+use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
+use orkeon_knowledge::validate::QuarantineStore;
+
+use crate::config::Config;
+
+/// The knowledge services of one process.
+pub struct KnowledgeHost {
+    pub data_dir: PathBuf,
+    pub embedding_settings: EmbeddingSettings,
+    pub store: Arc<EmbeddedStore>,
+    pub embedder: Arc<dyn Embedder>,
+    pub ingestion: Arc<IngestionPipeline>,
+}
+
+impl KnowledgeHost {
+    /// Opens the store under `data_dir` and loads the configured embedder.
+    pub fn open(config: &Config) -> anyhow::Result<Self> {
+        let data_dir = config.data_dir.clone();
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+        let store = Arc::new(
+            EmbeddedStore::open(&data_dir, config.rag.store.clone()).with_context(|| {
+                format!(
+                    "cannot open the store in {} (is another orkeon process using it?)",
+                    data_dir.display()
+                )
+            })?,
+        );
+        let embedder = build_embedder(&config.embeddings).context("cannot load the embedder")?;
+        let quarantine =
+            QuarantineStore::open(&store.db()).context("cannot open the quarantine")?;
+        let ingestion = Arc::new(IngestionPipeline::new(
+            store.clone() as Arc<dyn DocumentStore>,
+            embedder.clone(),
+            quarantine,
+            config.rag.ingestion.clone(),
+        ));
+        Ok(Self {
+            data_dir,
+            embedding_settings: config.embeddings.clone(),
+            store,
+            embedder,
+            ingestion,
+        })
+    }
+}
+
+impl KnowledgeHost {
+    /// The profile resolver of this process: the staged profiles plus corrective and adaptive.
+    pub fn resolver(
+        &self,
+        config: &Config,
+        chat: Option<Arc<dyn ChatModel>>,
+    ) -> Arc<ProfileResolver> {
+        let resolver = Arc::new(ProfileResolver::new(
+            config.rag.clone(),
+            self.pipeline_deps(chat),
+            None,
+        ));
+        orkeon_knowledge::corrective::register_profiles_shared(&resolver);
+        resolver
+    }
+
+    /// Dependencies of the query pipelines. An LLM groundedness checker needs a real chat
+    /// model; with the offline extractive model (or none) the heuristic checker is used.
+    pub fn pipeline_deps(&self, chat: Option<Arc<dyn ChatModel>>) -> PipelineDeps {
+        let groundedness: Arc<dyn GroundednessChecker> = match &chat {
+            Some(model) if !model.name().eq_ignore_ascii_case("extractive") => {
+                Arc::new(LlmGroundednessChecker::new(model.clone()))
+            }
+            _ => Arc::new(HeuristicGroundednessChecker::default()),
+        };
+        PipelineDeps {
+            store: self.store.clone() as Arc<dyn DocumentStore>,
+            embedder: self.embedder.clone(),
+            chat,
+            rerankers: Arc::new(RerankerFactory::builtin(self.embedding_settings.clone())),
+            transformers: Arc::new(TransformerFactory::builtin()),
+            groundedness: Some(groundedness),
+        }
+    }
+}

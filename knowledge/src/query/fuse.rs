@@ -1,0 +1,264 @@
+//! Stage 3 (fuse), first half: combines the per-retrieval-text rankings into one candidate
+//! list according to the transform's kind, deduplicated by chunk id.
+//!
+//! - one ranking (no transform, or a transform that degraded): `dedup`, first occurrence kept;
+//! - [`TransformKind::Union`] and several [`TransformKind::Replacement`] probes: `union`, the
+//!   maximum store score wins for a chunk seen in several rankings;
+//! - [`TransformKind::Fusion`]: `rrf`, Reciprocal Rank Fusion `Σ 1/(rrf_k + rank)` with 1-based
+//!   ranks and the same `rrf_k` as hybrid search, labelled [`ScoreOrigin::Rrf`].
+//!
+//! Results are independent of the order of the input rankings: scores are summed in a fixed
+//! order and ties are broken by chunk id. MMR, the optional second half, lives in `mmr`.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::transform::TransformKind;
+use crate::types::{ScoreOrigin, ScoredChunk};
+
+/// How the rankings were combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FuseMethod {
+    Dedup,
+    Union,
+    Rrf,
+}
+
+impl FuseMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FuseMethod::Dedup => "dedup",
+            FuseMethod::Union => "union",
+            FuseMethod::Rrf => "rrf",
+        }
+    }
+
+    /// The method for `rankings` rankings produced by a transform of `kind`.
+    pub fn for_kind(kind: TransformKind, rankings: usize) -> Self {
+        match (kind, rankings) {
+            (_, 0 | 1) => FuseMethod::Dedup,
+            (TransformKind::Fusion, _) => FuseMethod::Rrf,
+            (TransformKind::Union | TransformKind::Replacement | TransformKind::None, _) => {
+                FuseMethod::Union
+            }
+        }
+    }
+}
+
+/// Orders by score (descending), ties by chunk id: deterministic whatever the input order.
+fn sort_by_score(chunks: &mut [ScoredChunk]) {
+    chunks.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.chunk.id.cmp(&b.chunk.id))
+    });
+}
+
+/// One ranking, duplicates removed (the first, best-ranked occurrence is kept).
+pub fn dedup(ranking: Vec<ScoredChunk>) -> Vec<ScoredChunk> {
+    let mut seen = std::collections::HashSet::new();
+    ranking
+        .into_iter()
+        .filter(|c| seen.insert(c.chunk.id.clone()))
+        .collect()
+}
+
+/// Union by chunk id; the entry with the maximum score (and its origin) wins. Sorted by score.
+pub fn union_max(rankings: Vec<Vec<ScoredChunk>>) -> Vec<ScoredChunk> {
+    let mut best: HashMap<String, ScoredChunk> = HashMap::new();
+    for candidate in rankings.into_iter().flatten() {
+        match best.get_mut(&candidate.chunk.id) {
+            Some(kept) if kept.score >= candidate.score => {}
+            Some(kept) => *kept = candidate,
+            None => {
+                best.insert(candidate.chunk.id.clone(), candidate);
+            }
+        }
+    }
+    let mut out: Vec<ScoredChunk> = best.into_values().collect();
+    sort_by_score(&mut out);
+    out
+}
+
+/// Reciprocal Rank Fusion: `score(c) = Σ_rankings 1/(rrf_k + rank(c))`, rank 1-based (a chunk
+/// repeated inside one ranking counts at its best rank). Labelled [`ScoreOrigin::Rrf`].
+pub fn rrf(rankings: Vec<Vec<ScoredChunk>>, rrf_k: f32) -> Vec<ScoredChunk> {
+    let mut ranks: HashMap<String, (ScoredChunk, Vec<usize>)> = HashMap::new();
+    for ranking in rankings {
+        for (i, candidate) in dedup(ranking).into_iter().enumerate() {
+            ranks
+                .entry(candidate.chunk.id.clone())
+                .or_insert_with(|| (candidate, Vec::new()))
+                .1
+                .push(i + 1);
+        }
+    }
+    let mut out: Vec<ScoredChunk> = ranks
+        .into_values()
+        .map(|(mut c, mut chunk_ranks)| {
+            // Summation in rank order: the same float result whatever the input order.
+            chunk_ranks.sort_unstable();
+            c.score = chunk_ranks
+                .iter()
+                .map(|&r| 1.0 / (rrf_k as f64 + r as f64))
+                .sum::<f64>() as f32;
+            c.origin = ScoreOrigin::Rrf;
+            c
+        })
+        .collect();
+    sort_by_score(&mut out);
+    out
+}
+
+/// Combines the rankings with the method `kind` calls for.
+pub fn fuse(
+    kind: TransformKind,
+    rankings: Vec<Vec<ScoredChunk>>,
+    rrf_k: f32,
+) -> (FuseMethod, Vec<ScoredChunk>) {
+    let method = FuseMethod::for_kind(kind, rankings.len());
+    let fused = match method {
+        FuseMethod::Dedup => dedup(rankings.into_iter().flatten().collect()),
+        FuseMethod::Union => union_max(rankings),
+        FuseMethod::Rrf => rrf(rankings, rrf_k),
+    };
+    (method, fused)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::types::StoredChunk;
+    use proptest::prelude::*;
+
+    pub(crate) fn chunk(id: &str, score: f32, vector: Vec<f32>) -> ScoredChunk {
+        ScoredChunk {
+            chunk: StoredChunk {
+                id: id.to_string(),
+                source_id: format!("src/{id}.md"),
+                ordinal: 0,
+                text: format!("text of {id}"),
+                start: 0,
+                end: 10,
+                metadata: Default::default(),
+                content_hash: String::new(),
+                vector,
+            },
+            score,
+            origin: ScoreOrigin::Vector,
+        }
+    }
+
+    fn ids(chunks: &[ScoredChunk]) -> Vec<&str> {
+        chunks.iter().map(|c| c.chunk.id.as_str()).collect()
+    }
+
+    #[test]
+    fn rrf_rewards_agreement_between_rankings() {
+        let a = vec![
+            chunk("x", 0.9, vec![]),
+            chunk("y", 0.8, vec![]),
+            chunk("z", 0.7, vec![]),
+        ];
+        let b = vec![
+            chunk("y", 0.95, vec![]),
+            chunk("w", 0.9, vec![]),
+            chunk("x", 0.5, vec![]),
+        ];
+        let fused = rrf(vec![a, b], 60.0);
+        // y: 1/62 + 1/61; x: 1/61 + 1/63; w: 1/62; z: 1/63.
+        assert_eq!(ids(&fused), vec!["y", "x", "w", "z"]);
+        assert!((fused[0].score - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-7);
+        assert!(fused.iter().all(|c| c.origin == ScoreOrigin::Rrf));
+    }
+
+    #[test]
+    fn union_keeps_the_maximum_score_and_dedup_the_first() {
+        let a = vec![chunk("x", 0.6, vec![]), chunk("y", 0.5, vec![])];
+        let b = vec![chunk("y", 0.9, vec![]), chunk("x", 0.1, vec![])];
+        let merged = union_max(vec![a.clone(), b]);
+        assert_eq!(ids(&merged), vec!["y", "x"]);
+        assert_eq!(merged[0].score, 0.9);
+        assert_eq!(merged[1].score, 0.6);
+
+        let mut repeated = a.clone();
+        repeated.push(chunk("x", 0.05, vec![]));
+        let (method, one) = fuse(TransformKind::Fusion, vec![repeated], 60.0);
+        assert_eq!(method, FuseMethod::Dedup);
+        assert_eq!(ids(&one), vec!["x", "y"]);
+        assert_eq!(one[0].score, 0.6, "a single ranking keeps its store scores");
+    }
+
+    #[test]
+    fn method_follows_the_transform_kind() {
+        assert_eq!(
+            FuseMethod::for_kind(TransformKind::None, 1),
+            FuseMethod::Dedup
+        );
+        assert_eq!(
+            FuseMethod::for_kind(TransformKind::Union, 3),
+            FuseMethod::Union
+        );
+        assert_eq!(
+            FuseMethod::for_kind(TransformKind::Fusion, 3),
+            FuseMethod::Rrf
+        );
+        assert_eq!(
+            FuseMethod::for_kind(TransformKind::Replacement, 2),
+            FuseMethod::Union
+        );
+        assert_eq!(
+            FuseMethod::for_kind(TransformKind::Fusion, 1),
+            FuseMethod::Dedup
+        );
+    }
+
+    fn rankings_strategy() -> impl Strategy<Value = Vec<Vec<ScoredChunk>>> {
+        // Up to 5 rankings of up to 12 ids drawn from a pool of 20 (so they overlap).
+        prop::collection::vec(prop::collection::vec((0u8..20, 0.0f32..1.0), 0..12), 1..5).prop_map(
+            |rankings| {
+                rankings
+                    .into_iter()
+                    .map(|r| {
+                        r.into_iter()
+                            .map(|(id, score)| chunk(&format!("c{id}"), score, vec![]))
+                            .collect()
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn rrf_is_independent_of_input_order(rankings in rankings_strategy(), rotate in 0usize..5) {
+            let forward = rrf(rankings.clone(), 60.0);
+            let mut permuted = rankings.clone();
+            permuted.reverse();
+            let len = permuted.len();
+            permuted.rotate_left(rotate % len);
+            let other = rrf(permuted, 60.0);
+            prop_assert_eq!(ids(&forward), ids(&other));
+            let scores_a: Vec<u32> = forward.iter().map(|c| c.score.to_bits()).collect();
+            let scores_b: Vec<u32> = other.iter().map(|c| c.score.to_bits()).collect();
+            prop_assert_eq!(scores_a, scores_b);
+            // Every fused chunk appears once and is labelled RRF.
+            let mut unique = ids(&forward);
+            unique.sort();
+            unique.dedup();
+            prop_assert_eq!(unique.len(), forward.len());
+            prop_assert!(forward.iter().all(|c| c.origin == ScoreOrigin::Rrf));
+        }
+
+        #[test]
+        fn union_is_independent_of_input_order(rankings in rankings_strategy()) {
+            let forward = union_max(rankings.clone());
+            let mut reversed = rankings;
+            reversed.reverse();
+            let backward = union_max(reversed);
+            prop_assert_eq!(ids(&forward), ids(&backward));
+        }
+    }
+}

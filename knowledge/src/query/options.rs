@@ -1,0 +1,755 @@
+//! Query-side configuration: the `rag:` keys of the query pipeline (as they appear in
+//! `config/orkeon.yaml`, each an optional override), the profile presets (`fast`, `balanced`,
+//! `quality`, `adaptive`, `corrective`), and [`resolve_options`], which expands a profile into a
+//! complete [`RagOptions`] and then applies every configured key on top.
+//!
+//! Profile = preset, configuration = override: a key left unset takes the preset's value, a key
+//! set wins whatever the profile.
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::QueryError;
+use crate::settings::{RagSettings, SuspiciousAction};
+
+/// Profile names with a preset, in documentation order.
+pub const PRESET_PROFILES: &[&str] = &["fast", "balanced", "quality", "adaptive", "corrective"];
+
+/// The built-in grounded system prompt (`rag.generation.system_prompt` overrides it).
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You answer questions using only the numbered context passages you are given. \
+Every sentence of your answer that uses a passage must cite it with its marker, like [1] or [2]; cite only markers that appear in the context. \
+If the passages do not contain the answer, say that the context does not contain it instead of guessing. \
+Do not use outside knowledge and do not invent facts, numbers, names or sources.";
+
+/// Cross-encoder model used by the `onnx` reranker unless `rag.rerank.model` names another.
+pub const DEFAULT_RERANK_MODEL: &str = "ms-marco-MiniLM-L-12-v2";
+
+// ---------------------------------------------------------------------------------------------
+// Configuration (every key optional: unset = the preset's value)
+// ---------------------------------------------------------------------------------------------
+
+/// `rag.retrieval:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrievalSettings {
+    /// Chunks kept for context assembly (default 5; a query's `top_n` wins).
+    pub top_k: Option<usize>,
+    /// Candidates retrieved per retrieval text (the wide stage of the cascade; never below the
+    /// final top-n). Preset: `fast` = top_k, `balanced` 50, `quality` 100.
+    pub candidate_k: Option<usize>,
+    /// Optional raw-score floor applied to store results (no floor by default).
+    pub min_score: Option<f32>,
+    /// `hybrid: true|false` or `hybrid: { enabled, rrf_k }`.
+    pub hybrid: HybridSettings,
+    pub mmr: MmrSettings,
+}
+
+/// `rag.retrieval.hybrid:` — also accepts the flat shorthand `hybrid: true`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HybridSettings {
+    /// BM25 + vector fused by RRF (preset: off for `fast`, on otherwise).
+    pub enabled: Option<bool>,
+    /// Reciprocal Rank Fusion constant, shared by hybrid search and `rag-fusion` (default:
+    /// `rag.store.rrf_k`, 60).
+    pub rrf_k: Option<f32>,
+}
+
+#[derive(Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[derive(Default)]
+struct HybridSection {
+    enabled: Option<bool>,
+    rrf_k: Option<f32>,
+}
+
+impl<'de> Deserialize<'de> for HybridSettings {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct HybridVisitor;
+
+        impl<'de> Visitor<'de> for HybridVisitor {
+            type Value = HybridSettings;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a boolean (hybrid: true) or a map with `enabled` and `rrf_k`")
+            }
+
+            fn visit_bool<E: de::Error>(self, value: bool) -> Result<Self::Value, E> {
+                Ok(HybridSettings {
+                    enabled: Some(value),
+                    rrf_k: None,
+                })
+            }
+
+            // Environment layers deliver `ORKEON_RAG__RETRIEVAL__HYBRID=true` as a string.
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+                match value.trim().to_ascii_lowercase().as_str() {
+                    "true" => self.visit_bool(true),
+                    "false" => self.visit_bool(false),
+                    other => Err(E::custom(format!(
+                        "expected true or false for rag.retrieval.hybrid, found '{other}'"
+                    ))),
+                }
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(HybridSettings::default())
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let section =
+                    HybridSection::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(HybridSettings {
+                    enabled: section.enabled,
+                    rrf_k: section.rrf_k,
+                })
+            }
+        }
+
+        deserializer.deserialize_any(HybridVisitor)
+    }
+}
+
+/// `rag.retrieval.mmr:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MmrSettings {
+    /// MMR diversification at the fuse stage (default off).
+    pub enabled: Option<bool>,
+    /// Relevance/diversity trade-off in [0, 1] (default 0.7, relevance-leaning).
+    pub lambda: Option<f32>,
+}
+
+/// `rag.query_transform:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueryTransformSettings {
+    /// `none` (default), `multi-query`, `rag-fusion`, `hyde`, or a registered name.
+    pub mode: Option<String>,
+    /// Variants requested from non-`none` transformers (default 3).
+    pub variant_count: Option<usize>,
+}
+
+/// `rag.rerank:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RerankSettings {
+    /// Whether the rerank stage runs (preset: off for `fast`; disabled = truncation in
+    /// retrieval order).
+    pub enabled: Option<bool>,
+    /// `none`, `llm`, `onnx`, or a registered name (aliases accepted).
+    pub kind: Option<String>,
+    /// Chunks kept after reranking (default 5; a query's `top_n` wins).
+    pub top_n: Option<usize>,
+    /// Cross-encoder model folder name or path for the `onnx` reranker
+    /// (default `ms-marco-MiniLM-L-12-v2`).
+    pub model: Option<String>,
+}
+
+/// Layout of the assembled context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextOrdering {
+    /// Anti-Lost-in-the-Middle: r1, r3, r5, … from the head, …, r6, r4, r2 closing the tail.
+    #[default]
+    Edges,
+    /// Plain rank order.
+    Linear,
+}
+
+impl ContextOrdering {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextOrdering::Edges => "edges",
+            ContextOrdering::Linear => "linear",
+        }
+    }
+}
+
+/// `rag.context:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextSettings {
+    /// Context budget in embedding-tokenizer tokens (default 2000); excess chunks are dropped,
+    /// the budget is never overrun.
+    pub max_tokens: Option<usize>,
+    /// `edges` (default) or `linear`.
+    pub ordering: Option<ContextOrdering>,
+}
+
+/// `rag.groundedness:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroundednessSettings {
+    /// Post-generation verification (preset: on for `quality`); traced as skipped when no
+    /// checker is available.
+    pub enabled: Option<bool>,
+}
+
+/// `rag.generation:`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GenerationSettings {
+    /// Replaces the built-in grounded system prompt.
+    pub system_prompt: Option<String>,
+    /// Sampling passed to the chat model (unset: the model's own setting).
+    pub temperature: Option<f32>,
+    pub max_output_tokens: Option<u32>,
+}
+
+/// `rag.query_routing:` (adaptive profile)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueryRoutingSettings {
+    /// `heuristic` (default) or `llm`.
+    pub classifier: Option<String>,
+}
+
+/// `rag.corrective:` (corrective profile)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CorrectiveSettings {
+    /// Query-rewrite budget (default 3).
+    pub max_iterations: Option<u32>,
+    pub web_fallback: CorrectiveWebFallbackSettings,
+}
+
+/// `rag.corrective.web_fallback:` — pipeline-side policy: may the graph route to web fallback.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CorrectiveWebFallbackSettings {
+    /// Default false.
+    pub enabled: Option<bool>,
+    /// Web documents the graph asks for (default 3).
+    pub max_results: Option<usize>,
+}
+
+/// `rag.web_fallback:` — transport of the web retriever (SearxNG-compatible search + page
+/// download). Separate from the pipeline policy on purpose: both must be enabled for a web
+/// document to ever reach a pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebFallbackSettings {
+    pub enabled: bool,
+    /// Search endpoint (SearxNG-compatible JSON API).
+    pub endpoint: Option<String>,
+    /// Name of the environment variable holding the API key (never the key itself).
+    pub api_key_env: Option<String>,
+    pub max_results: usize,
+    pub timeout_ms: u64,
+    pub suspicious_action: SuspiciousAction,
+}
+
+impl Default for WebFallbackSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            endpoint: None,
+            api_key_env: None,
+            max_results: 3,
+            timeout_ms: 10_000,
+            suspicious_action: SuspiciousAction::Flag,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolved options
+// ---------------------------------------------------------------------------------------------
+
+/// Every query key resolved: the profile's preset with the configured overrides applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RagOptions {
+    /// Profile the preset came from.
+    pub profile: String,
+    pub retrieval: RetrievalOptions,
+    pub query_transform: QueryTransformOptions,
+    pub rerank: RerankOptions,
+    pub context: ContextOptions,
+    pub groundedness: GroundednessOptions,
+    pub generation: GenerationOptions,
+    pub query_routing: QueryRoutingOptions,
+    pub corrective: CorrectiveOptions,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RetrievalOptions {
+    pub top_k: usize,
+    pub candidate_k: usize,
+    pub min_score: Option<f32>,
+    pub hybrid: bool,
+    pub rrf_k: f32,
+    pub mmr: MmrOptions,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MmrOptions {
+    pub enabled: bool,
+    pub lambda: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueryTransformOptions {
+    pub mode: String,
+    pub variant_count: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RerankOptions {
+    pub enabled: bool,
+    pub kind: String,
+    pub top_n: usize,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextOptions {
+    pub max_tokens: usize,
+    pub ordering: ContextOrdering,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroundednessOptions {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GenerationOptions {
+    pub system_prompt: String,
+    pub temperature: Option<f32>,
+    pub max_output_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueryRoutingOptions {
+    pub classifier: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CorrectiveOptions {
+    pub max_iterations: u32,
+    pub web_fallback_enabled: bool,
+    pub web_fallback_max_results: usize,
+}
+
+impl RagOptions {
+    /// Chunks the context should hold for a query: the query's `top_n`, else the rerank
+    /// stage's `top_n` when it runs, else `retrieval.top_k`.
+    pub fn final_top_n(&self, query_top_n: Option<usize>) -> usize {
+        query_top_n.unwrap_or(if self.rerank.enabled {
+            self.rerank.top_n
+        } else {
+            self.retrieval.top_k
+        })
+    }
+
+    /// Candidates retrieved per text for a query: `candidate_k`, never below the final top-n.
+    pub fn effective_candidate_k(&self, query_top_n: Option<usize>) -> usize {
+        self.retrieval
+            .candidate_k
+            .max(self.final_top_n(query_top_n))
+    }
+}
+
+/// What a preset decides; everything else has one default for all profiles.
+struct Preset {
+    hybrid: bool,
+    /// `None`: candidate_k equals top_k (the `fast` cascade has no wide stage).
+    candidate_k: Option<usize>,
+    rerank_enabled: bool,
+    rerank_kind: &'static str,
+    groundedness: bool,
+}
+
+fn preset(profile: &str) -> Option<Preset> {
+    let p = match profile {
+        "fast" => Preset {
+            hybrid: false,
+            candidate_k: None,
+            rerank_enabled: false,
+            rerank_kind: "none",
+            groundedness: false,
+        },
+        "balanced" => Preset {
+            hybrid: true,
+            candidate_k: Some(50),
+            rerank_enabled: true,
+            rerank_kind: "onnx",
+            groundedness: false,
+        },
+        "quality" => Preset {
+            hybrid: true,
+            candidate_k: Some(100),
+            rerank_enabled: true,
+            rerank_kind: "onnx",
+            groundedness: true,
+        },
+        // Adaptive routes single-shot queries to the balanced settings.
+        "adaptive" => Preset {
+            hybrid: true,
+            candidate_k: Some(50),
+            rerank_enabled: true,
+            rerank_kind: "onnx",
+            groundedness: false,
+        },
+        // The corrective graph corrects by looping, not reranking, and runs its own
+        // groundedness node: the linear stage 7 stays off.
+        "corrective" => Preset {
+            hybrid: true,
+            candidate_k: Some(50),
+            rerank_enabled: false,
+            rerank_kind: "none",
+            groundedness: false,
+        },
+        _ => return None,
+    };
+    Some(p)
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> QueryError {
+    QueryError::InvalidOption {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn positive(key: &str, value: usize) -> Result<usize, QueryError> {
+    if value == 0 {
+        Err(invalid(key, "must be at least 1"))
+    } else {
+        Ok(value)
+    }
+}
+
+fn component_name(key: &str, value: &str) -> Result<String, QueryError> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        Err(invalid(key, "must name a component, found an empty string"))
+    } else {
+        Ok(trimmed.to_ascii_lowercase())
+    }
+}
+
+/// Expands `profile` (case-insensitive) into its preset, then applies every key set in
+/// `settings`. Unknown profiles fail listing the known ones; out-of-range values fail naming the
+/// key.
+pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptions, QueryError> {
+    let profile = profile.trim().to_ascii_lowercase();
+    let preset = preset(&profile).ok_or_else(|| QueryError::UnknownProfile {
+        name: profile.clone(),
+        known: PRESET_PROFILES.iter().map(|s| s.to_string()).collect(),
+    })?;
+
+    let r = &settings.retrieval;
+    let top_k = positive("retrieval.top_k", r.top_k.unwrap_or(5))?;
+    let candidate_k = positive(
+        "retrieval.candidate_k",
+        r.candidate_k.or(preset.candidate_k).unwrap_or(top_k),
+    )?;
+    if let Some(min) = r.min_score
+        && !min.is_finite()
+    {
+        return Err(invalid("retrieval.min_score", "must be a finite number"));
+    }
+    let rrf_k = r.hybrid.rrf_k.unwrap_or(settings.store.rrf_k);
+    if !(rrf_k.is_finite() && rrf_k > 0.0) {
+        return Err(invalid(
+            "retrieval.hybrid.rrf_k",
+            format!("must be a positive number, found {rrf_k}"),
+        ));
+    }
+    let lambda = r.mmr.lambda.unwrap_or(0.7);
+    if !(0.0..=1.0).contains(&lambda) {
+        return Err(invalid(
+            "retrieval.mmr.lambda",
+            format!("must lie in [0, 1], found {lambda}"),
+        ));
+    }
+
+    let t = &settings.query_transform;
+    let mode = component_name("query_transform.mode", t.mode.as_deref().unwrap_or("none"))?;
+    let variant_count = positive(
+        "query_transform.variant_count",
+        t.variant_count.unwrap_or(3),
+    )?;
+
+    let rr = &settings.rerank;
+    let kind = component_name(
+        "rerank.kind",
+        rr.kind.as_deref().unwrap_or(preset.rerank_kind),
+    )?;
+    let rerank_top_n = positive("rerank.top_n", rr.top_n.unwrap_or(5))?;
+    let model = rr
+        .model
+        .clone()
+        .unwrap_or_else(|| DEFAULT_RERANK_MODEL.to_string());
+    if model.trim().is_empty() {
+        return Err(invalid("rerank.model", "must name a model folder or path"));
+    }
+
+    let max_tokens = positive(
+        "context.max_tokens",
+        settings.context.max_tokens.unwrap_or(2000),
+    )?;
+
+    let g = &settings.generation;
+    let system_prompt = g
+        .system_prompt
+        .clone()
+        .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string());
+    if system_prompt.trim().is_empty() {
+        return Err(invalid(
+            "generation.system_prompt",
+            "is empty; remove the key to use the built-in grounded prompt",
+        ));
+    }
+    if let Some(t) = g.temperature
+        && !(t.is_finite() && (0.0..=2.0).contains(&t))
+    {
+        return Err(invalid(
+            "generation.temperature",
+            format!("must lie in [0, 2], found {t}"),
+        ));
+    }
+
+    let classifier = component_name(
+        "query_routing.classifier",
+        settings
+            .query_routing
+            .classifier
+            .as_deref()
+            .unwrap_or("heuristic"),
+    )?;
+    let c = &settings.corrective;
+    let max_iterations = c.max_iterations.unwrap_or(3);
+
+    Ok(RagOptions {
+        profile,
+        retrieval: RetrievalOptions {
+            top_k,
+            candidate_k,
+            min_score: r.min_score,
+            hybrid: r.hybrid.enabled.unwrap_or(preset.hybrid),
+            rrf_k,
+            mmr: MmrOptions {
+                enabled: r.mmr.enabled.unwrap_or(false),
+                lambda,
+            },
+        },
+        query_transform: QueryTransformOptions {
+            mode,
+            variant_count,
+        },
+        rerank: RerankOptions {
+            enabled: rr.enabled.unwrap_or(preset.rerank_enabled),
+            kind,
+            top_n: rerank_top_n,
+            model,
+        },
+        context: ContextOptions {
+            max_tokens,
+            ordering: settings.context.ordering.unwrap_or_default(),
+        },
+        groundedness: GroundednessOptions {
+            enabled: settings.groundedness.enabled.unwrap_or(preset.groundedness),
+        },
+        generation: GenerationOptions {
+            system_prompt,
+            temperature: g.temperature,
+            max_output_tokens: g.max_output_tokens,
+        },
+        query_routing: QueryRoutingOptions { classifier },
+        corrective: CorrectiveOptions {
+            max_iterations,
+            web_fallback_enabled: c.web_fallback.enabled.unwrap_or(false),
+            web_fallback_max_results: c.web_fallback.max_results.unwrap_or(3),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings_from_json(value: serde_json::Value) -> RagSettings {
+        serde_json::from_value(value).expect("settings deserialize")
+    }
+
+    #[test]
+    fn fast_is_vector_only_with_candidate_k_equal_to_top_k() {
+        let o = resolve_options("fast", &RagSettings::default()).unwrap();
+        assert_eq!(o.profile, "fast");
+        assert!(!o.retrieval.hybrid);
+        assert_eq!(o.retrieval.top_k, 5);
+        assert_eq!(o.retrieval.candidate_k, 5);
+        assert!(!o.rerank.enabled);
+        assert_eq!(o.rerank.kind, "none");
+        assert!(!o.groundedness.enabled);
+        assert_eq!(o.context.max_tokens, 2000);
+        assert_eq!(o.context.ordering, ContextOrdering::Edges);
+        assert_eq!(o.retrieval.rrf_k, 60.0);
+        assert_eq!(o.retrieval.mmr.lambda, 0.7);
+        assert!(!o.retrieval.mmr.enabled);
+        assert_eq!(o.query_transform.mode, "none");
+        assert_eq!(o.query_transform.variant_count, 3);
+        assert_eq!(o.generation.system_prompt, DEFAULT_SYSTEM_PROMPT);
+
+        // The fast cascade follows an overridden top_k.
+        let s = settings_from_json(serde_json::json!({"retrieval": {"top_k": 8}}));
+        let o = resolve_options("fast", &s).unwrap();
+        assert_eq!((o.retrieval.top_k, o.retrieval.candidate_k), (8, 8));
+    }
+
+    #[test]
+    fn balanced_and_quality_follow_the_reference_table() {
+        let b = resolve_options("balanced", &RagSettings::default()).unwrap();
+        assert!(b.retrieval.hybrid);
+        assert_eq!(b.retrieval.candidate_k, 50);
+        assert!(b.rerank.enabled);
+        assert_eq!(b.rerank.kind, "onnx");
+        assert_eq!(b.rerank.top_n, 5);
+        assert_eq!(b.rerank.model, DEFAULT_RERANK_MODEL);
+        assert!(!b.groundedness.enabled);
+
+        let q = resolve_options("Quality", &RagSettings::default()).unwrap();
+        assert_eq!(q.profile, "quality");
+        assert!(q.retrieval.hybrid);
+        assert_eq!(q.retrieval.candidate_k, 100);
+        assert!(q.rerank.enabled);
+        assert_eq!(q.rerank.kind, "onnx");
+        assert!(q.groundedness.enabled);
+
+        let c = resolve_options("corrective", &RagSettings::default()).unwrap();
+        assert!(c.retrieval.hybrid);
+        assert!(!c.rerank.enabled);
+        assert!(!c.groundedness.enabled);
+        assert_eq!(c.corrective.max_iterations, 3);
+    }
+
+    #[test]
+    fn every_key_overrides_the_preset() {
+        let s = settings_from_json(serde_json::json!({
+            "profile": "balanced",
+            "retrieval": {"top_k": 7, "candidate_k": 20, "min_score": 0.2,
+                          "hybrid": {"enabled": false, "rrf_k": 30.0},
+                          "mmr": {"enabled": true, "lambda": 0.5}},
+            "query_transform": {"mode": "Multi-Query", "variant_count": 4},
+            "rerank": {"enabled": true, "kind": "LLM", "top_n": 3, "model": "/models/x"},
+            "context": {"max_tokens": 900, "ordering": "linear"},
+            "groundedness": {"enabled": true},
+            "generation": {"system_prompt": "Be terse.", "temperature": 0.1, "max_output_tokens": 200},
+            "query_routing": {"classifier": "llm"},
+            "corrective": {"max_iterations": 2, "web_fallback": {"enabled": true, "max_results": 5}}
+        }));
+        let o = resolve_options("balanced", &s).unwrap();
+        assert_eq!(o.retrieval.top_k, 7);
+        assert_eq!(o.retrieval.candidate_k, 20);
+        assert_eq!(o.retrieval.min_score, Some(0.2));
+        assert!(!o.retrieval.hybrid);
+        assert_eq!(o.retrieval.rrf_k, 30.0);
+        assert!(o.retrieval.mmr.enabled);
+        assert_eq!(o.retrieval.mmr.lambda, 0.5);
+        assert_eq!(o.query_transform.mode, "multi-query");
+        assert_eq!(o.query_transform.variant_count, 4);
+        assert_eq!(o.rerank.kind, "llm");
+        assert_eq!(o.rerank.top_n, 3);
+        assert_eq!(o.rerank.model, "/models/x");
+        assert_eq!(o.context.max_tokens, 900);
+        assert_eq!(o.context.ordering, ContextOrdering::Linear);
+        assert!(o.groundedness.enabled);
+        assert_eq!(o.generation.system_prompt, "Be terse.");
+        assert_eq!(o.generation.temperature, Some(0.1));
+        assert_eq!(o.generation.max_output_tokens, Some(200));
+        assert_eq!(o.query_routing.classifier, "llm");
+        assert_eq!(o.corrective.max_iterations, 2);
+        assert!(o.corrective.web_fallback_enabled);
+        assert_eq!(o.corrective.web_fallback_max_results, 5);
+
+        // The same overrides bend the fast preset too.
+        let f = resolve_options("fast", &s).unwrap();
+        assert!(f.rerank.enabled);
+        assert_eq!(f.retrieval.candidate_k, 20);
+    }
+
+    #[test]
+    fn hybrid_accepts_the_flat_shorthand_and_the_section() {
+        let flat = settings_from_json(serde_json::json!({"retrieval": {"hybrid": true}}));
+        assert_eq!(flat.retrieval.hybrid.enabled, Some(true));
+        assert!(resolve_options("fast", &flat).unwrap().retrieval.hybrid);
+
+        let env_style = settings_from_json(serde_json::json!({"retrieval": {"hybrid": "false"}}));
+        assert_eq!(env_style.retrieval.hybrid.enabled, Some(false));
+        assert!(
+            !resolve_options("balanced", &env_style)
+                .unwrap()
+                .retrieval
+                .hybrid
+        );
+
+        let section =
+            settings_from_json(serde_json::json!({"retrieval": {"hybrid": {"rrf_k": 10}}}));
+        assert_eq!(section.retrieval.hybrid.enabled, None);
+        assert_eq!(
+            resolve_options("fast", &section).unwrap().retrieval.rrf_k,
+            10.0
+        );
+
+        let typo: Result<RagSettings, _> =
+            serde_json::from_value(serde_json::json!({"retrieval": {"hybrid": {"enable": true}}}));
+        let err = typo.unwrap_err().to_string();
+        assert!(err.contains("enable"), "{err}");
+    }
+
+    #[test]
+    fn unknown_profile_lists_the_known_ones() {
+        let err = resolve_options("turbo", &RagSettings::default()).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, QueryError::UnknownProfile { .. }));
+        for name in PRESET_PROFILES {
+            assert!(text.contains(name), "{text}");
+        }
+        assert!(text.contains("turbo"));
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_key() {
+        let cases = [
+            (
+                serde_json::json!({"retrieval": {"mmr": {"lambda": 1.5}}}),
+                "retrieval.mmr.lambda",
+            ),
+            (
+                serde_json::json!({"retrieval": {"top_k": 0}}),
+                "retrieval.top_k",
+            ),
+            (
+                serde_json::json!({"context": {"max_tokens": 0}}),
+                "context.max_tokens",
+            ),
+            (serde_json::json!({"rerank": {"kind": " "}}), "rerank.kind"),
+            (
+                serde_json::json!({"retrieval": {"hybrid": {"rrf_k": 0}}}),
+                "retrieval.hybrid.rrf_k",
+            ),
+        ];
+        for (json, key) in cases {
+            let err = resolve_options("fast", &settings_from_json(json)).unwrap_err();
+            assert!(err.to_string().contains(key), "{err} should name {key}");
+        }
+        let bad_ordering: Result<RagSettings, _> =
+            serde_json::from_value(serde_json::json!({"context": {"ordering": "middle"}}));
+        assert!(bad_ordering.unwrap_err().to_string().contains("edges"));
+    }
+
+    #[test]
+    fn final_top_n_and_candidate_k_never_below_it() {
+        let fast = resolve_options("fast", &RagSettings::default()).unwrap();
+        assert_eq!(fast.final_top_n(None), 5);
+        assert_eq!(fast.final_top_n(Some(9)), 9);
+        assert_eq!(fast.effective_candidate_k(Some(9)), 9);
+        let balanced = resolve_options("balanced", &RagSettings::default()).unwrap();
+        assert_eq!(balanced.effective_candidate_k(Some(9)), 50);
+        assert_eq!(balanced.effective_candidate_k(Some(80)), 80);
+    }
+}

@@ -1,0 +1,212 @@
+//! The `onnx` (`cross-encoder`) reranker: scores every (question, candidate) pair with the
+//! local cross-encoder (`embed::CrossEncoder`, ms-marco-MiniLM-L-12-v2 by default: batched,
+//! length-sorted pairs truncated to 512 tokens) and keeps the `top_n` highest logits, labelled
+//! [`ScoreOrigin::Rerank`]. Equal logits keep retrieval order.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use super::{RerankOutcome, Reranker, RerankerBuilder};
+use crate::embed::CrossEncoder;
+use crate::embed::models::resolve_model;
+use crate::query::QueryError;
+use crate::settings::EmbeddingSettings;
+use crate::types::{ScoreOrigin, ScoredChunk};
+
+pub struct OnnxReranker {
+    encoder: Arc<CrossEncoder>,
+}
+
+impl OnnxReranker {
+    pub fn new(encoder: Arc<CrossEncoder>) -> Self {
+        Self { encoder }
+    }
+
+    /// The cross-encoder in use.
+    pub fn encoder(&self) -> &Arc<CrossEncoder> {
+        &self.encoder
+    }
+}
+
+#[async_trait]
+impl Reranker for OnnxReranker {
+    fn name(&self) -> &str {
+        "onnx"
+    }
+
+    async fn rerank(
+        &self,
+        query: &str,
+        candidates: Vec<ScoredChunk>,
+        top_n: usize,
+    ) -> Result<Vec<ScoredChunk>, QueryError> {
+        let passages: Vec<String> = candidates.iter().map(|c| c.chunk.text.clone()).collect();
+        let logits = self
+            .encoder
+            .score(query, passages)
+            .await
+            .map_err(|e| QueryError::Rerank {
+                reranker: format!("onnx ({})", self.encoder.model_name()),
+                reason: e.to_string(),
+            })?;
+        if logits.len() != candidates.len() {
+            return Err(QueryError::Rerank {
+                reranker: format!("onnx ({})", self.encoder.model_name()),
+                reason: format!(
+                    "{} scores for {} candidates",
+                    logits.len(),
+                    candidates.len()
+                ),
+            });
+        }
+        let mut scored: Vec<(f32, ScoredChunk)> = logits.into_iter().zip(candidates).collect();
+        // Stable sort: equal logits keep retrieval order. NaN sorts last.
+        scored.sort_by(|a, b| {
+            let key = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x };
+            key(b.0).total_cmp(&key(a.0))
+        });
+        Ok(scored
+            .into_iter()
+            .take(top_n)
+            .map(|(logit, mut c)| {
+                c.score = logit;
+                c.origin = ScoreOrigin::Rerank;
+                c
+            })
+            .collect())
+    }
+
+    async fn rerank_traced(
+        &self,
+        query: &str,
+        candidates: Vec<ScoredChunk>,
+        top_n: usize,
+    ) -> Result<RerankOutcome, QueryError> {
+        Ok(RerankOutcome {
+            chunks: self.rerank(query, candidates, top_n).await?,
+            model: Some(self.encoder.model_name()),
+            note: None,
+        })
+    }
+}
+
+/// The `onnx` builder: resolves `rag.rerank.model` (folder name or path) like any model —
+/// `embeddings.models_dir`, `ORKEON_MODELS_DIR`, the cache, then a verified download — and
+/// loads it once per resolved folder (every pipeline using that model shares one encoder).
+pub fn onnx_builder(embedding: EmbeddingSettings) -> RerankerBuilder {
+    let loaded: Mutex<HashMap<PathBuf, Arc<CrossEncoder>>> = Mutex::new(HashMap::new());
+    Arc::new(move |ctx| {
+        let model = &ctx.options.model;
+        let setup = |reason: String| QueryError::Setup {
+            component: format!("reranker 'onnx' (rag.rerank.model = {model})"),
+            reason,
+        };
+        let dir = resolve_model(model, &embedding, None).map_err(|e| setup(e.to_string()))?;
+        let mut cache = loaded.lock().unwrap_or_else(|e| e.into_inner());
+        let encoder = match cache.get(&dir) {
+            Some(encoder) => encoder.clone(),
+            None => {
+                let encoder = Arc::new(
+                    CrossEncoder::load(&dir, &embedding).map_err(|e| setup(e.to_string()))?,
+                );
+                cache.insert(dir, encoder.clone());
+                encoder
+            }
+        };
+        Ok(Arc::new(OnnxReranker::new(encoder)) as Arc<dyn Reranker>)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::fuse::tests::chunk;
+    use crate::query::options::resolve_options;
+    use crate::query::rerank::{RerankerContext, RerankerFactory};
+    use crate::settings::RagSettings;
+
+    fn embedding_settings() -> EmbeddingSettings {
+        let dir = std::env::var_os("ORKEON_MODELS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
+            });
+        EmbeddingSettings {
+            models_dir: Some(dir),
+            ..EmbeddingSettings::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn cross_encoder_puts_the_answering_passage_first() {
+        let factory = RerankerFactory::builtin(embedding_settings());
+        let options = resolve_options("balanced", &RagSettings::default())
+            .unwrap()
+            .rerank;
+        let ctx = RerankerContext {
+            chat: None,
+            options: &options,
+        };
+        let reranker = factory.create("Cross-Encoder", &ctx).unwrap();
+        assert_eq!(reranker.name(), "onnx");
+        let texts = [
+            (
+                "ny",
+                "New York City is famous for the Metropolitan Museum of Art",
+            ),
+            (
+                "berlin",
+                "Berlin has a population of 3,520,031 registered inhabitants",
+            ),
+            (
+                "paris",
+                "Paris is the capital of France and hosts the Louvre.",
+            ),
+        ];
+        let candidates = texts
+            .iter()
+            .map(|(id, text)| {
+                let mut c = chunk(id, 0.5, vec![]);
+                c.chunk.text = text.to_string();
+                c
+            })
+            .collect();
+        let out = reranker
+            .rerank_traced("How many people live in Berlin?", candidates, 2)
+            .await
+            .unwrap();
+        assert_eq!(out.model.as_deref(), Some("ms-marco-MiniLM-L-12-v2"));
+        assert_eq!(out.chunks.len(), 2);
+        assert_eq!(out.chunks[0].chunk.id, "berlin");
+        assert_eq!(out.chunks[0].origin, ScoreOrigin::Rerank);
+        // README figures: +9.2 for the Berlin pair, −11.2 for New York.
+        assert!(out.chunks[0].score > 8.0, "{}", out.chunks[0].score);
+        assert!(out.chunks[1].score < out.chunks[0].score);
+
+        // A second build reuses the memoised encoder of that model folder.
+        let again = factory.create("onnx", &ctx).unwrap();
+        let out2 = again
+            .rerank("How many people live in Berlin?", out.chunks.clone(), 1)
+            .await
+            .unwrap();
+        assert_eq!(out2[0].chunk.id, "berlin");
+
+        // A model that does not exist fails naming the key.
+        let mut missing = options.clone();
+        missing.model = "no-such-reranker".into();
+        let err = factory
+            .create(
+                "onnx",
+                &RerankerContext {
+                    chat: None,
+                    options: &missing,
+                },
+            )
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("rag.rerank.model"), "{err}");
+    }
+}

@@ -1,0 +1,258 @@
+//! [`AdaptiveRagPipeline`]: classify, then answer through the route's delegate —
+//! NoRetrieval → a direct LLM answer without citations; SingleShot → the memoised `balanced`
+//! pipeline; Iterative → the memoised `corrective` pipeline. The trace always opens with a
+//! `route` step (classifier, route, delegate, reason, fallback) and `RagTrace.route` holds the
+//! route; the delegate's own steps follow.
+//!
+//! Delegates come from a [`DelegateSource`]: [`ResolverDelegates`] shares the
+//! [`ProfileResolver`]'s memoised pipelines; [`OwnDelegates`] builds and memoises them itself
+//! (when only a `&ProfileResolver` is at hand). Either way a delegate is built on first use, so
+//! an unavailable `balanced` (its ONNX reranker) only fails the questions routed to it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use orkeon_crews::ports::{ChatMessage, ChatRequest};
+use serde_json::json;
+use tracing::Instrument;
+
+use super::{QueryComplexityClassifier, QueryRoute, build_classifier};
+use crate::corrective::CorrectiveRagPipeline;
+use crate::query::options::{RagOptions, resolve_options};
+use crate::query::pipeline::PipelineDeps;
+use crate::query::profiles::{ProfileResolver, staged_profile};
+use crate::query::{QueryError, RagPipeline, RagQuery};
+use crate::settings::RagSettings;
+use crate::types::{RagAnswer, RagTrace, TraceStep};
+
+/// The delegate profile of the single-shot route.
+pub const SINGLE_SHOT_DELEGATE: &str = "balanced";
+/// The delegate profile of the iterative route.
+pub const ITERATIVE_DELEGATE: &str = "corrective";
+
+/// The system prompt of the direct (no-retrieval) answer.
+pub const DIRECT_ANSWER_PROMPT: &str = "You are the assistant of a question-answering system over a document collection. \
+The user's message is a greeting or small talk that needs no documents: answer it briefly and politely. \
+Do not cite sources, do not state facts about the documents, and invite the user to ask a question about them.";
+
+/// Profile name → pipeline, for the routes' delegates.
+pub trait DelegateSource: Send + Sync {
+    fn delegate(&self, profile: &str) -> Result<Arc<dyn RagPipeline>, QueryError>;
+}
+
+/// Delegates resolved through a shared [`ProfileResolver`] (its memoised pipelines). Holds a
+/// weak reference: the resolver owns the adaptive builder, which must not keep it alive.
+pub struct ResolverDelegates(pub Weak<ProfileResolver>);
+
+impl DelegateSource for ResolverDelegates {
+    fn delegate(&self, profile: &str) -> Result<Arc<dyn RagPipeline>, QueryError> {
+        let resolver = self.0.upgrade().ok_or_else(|| QueryError::Internal {
+            stage: "adaptive routing".into(),
+            reason: "the profile resolver was dropped while the adaptive pipeline was in use"
+                .into(),
+        })?;
+        resolver.resolve(profile)
+    }
+}
+
+/// Delegates built from the configuration and memoised here, one per profile.
+pub struct OwnDelegates {
+    settings: RagSettings,
+    deps: PipelineDeps,
+    built: Mutex<HashMap<String, Arc<dyn RagPipeline>>>,
+}
+
+impl OwnDelegates {
+    pub fn new(settings: RagSettings, deps: PipelineDeps) -> Self {
+        Self {
+            settings,
+            deps,
+            built: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl DelegateSource for OwnDelegates {
+    fn delegate(&self, profile: &str) -> Result<Arc<dyn RagPipeline>, QueryError> {
+        if let Some(p) = self
+            .built
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(profile)
+        {
+            return Ok(p.clone());
+        }
+        let pipeline: Arc<dyn RagPipeline> = match profile {
+            ITERATIVE_DELEGATE => Arc::new(CorrectiveRagPipeline::from_settings(
+                ITERATIVE_DELEGATE,
+                &self.settings,
+                &self.deps,
+            )?),
+            SINGLE_SHOT_DELEGATE => {
+                staged_profile(SINGLE_SHOT_DELEGATE)(&self.settings, &self.deps)?
+            }
+            other => {
+                return Err(QueryError::Internal {
+                    stage: "adaptive routing".into(),
+                    reason: format!("no delegate profile named '{other}'"),
+                });
+            }
+        };
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(built.entry(profile.to_string()).or_insert(pipeline).clone())
+    }
+}
+
+/// The adaptive profile's pipeline (see the module documentation).
+pub struct AdaptiveRagPipeline {
+    name: String,
+    options: RagOptions,
+    deps: PipelineDeps,
+    classifier: Arc<dyn QueryComplexityClassifier>,
+    delegates: Arc<dyn DelegateSource>,
+}
+
+impl AdaptiveRagPipeline {
+    pub fn new(
+        name: &str,
+        options: RagOptions,
+        deps: PipelineDeps,
+        classifier: Arc<dyn QueryComplexityClassifier>,
+        delegates: Arc<dyn DelegateSource>,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            options,
+            deps,
+            classifier,
+            delegates,
+        }
+    }
+
+    /// The `adaptive` profile from configuration: the classifier `rag.query_routing.classifier`
+    /// names (unknown names fail here), delegates from `delegates`.
+    pub fn from_settings(
+        name: &str,
+        settings: &RagSettings,
+        deps: &PipelineDeps,
+        delegates: Arc<dyn DelegateSource>,
+    ) -> Result<Self, QueryError> {
+        let options = resolve_options("adaptive", settings)?;
+        let classifier = build_classifier(&options.query_routing.classifier, deps.chat.as_ref())?;
+        Ok(Self::new(
+            name,
+            options,
+            deps.clone(),
+            classifier,
+            delegates,
+        ))
+    }
+
+    async fn direct_answer(
+        &self,
+        q: &RagQuery,
+        trace: &mut RagTrace,
+    ) -> Result<String, QueryError> {
+        let started = Instant::now();
+        let chat = self
+            .deps
+            .chat
+            .as_ref()
+            .ok_or_else(|| QueryError::NoChatModel {
+                stage: "adaptive direct answer".into(),
+            })?;
+        let mut request = ChatRequest::new(vec![
+            ChatMessage::system(DIRECT_ANSWER_PROMPT),
+            ChatMessage::user(q.text.trim()),
+        ]);
+        request.temperature = self.options.generation.temperature;
+        request.max_tokens = self.options.generation.max_output_tokens;
+        let response = chat
+            .chat(request)
+            .await
+            .map_err(|source| QueryError::Chat {
+                stage: "adaptive direct answer".into(),
+                source,
+            })?;
+        let model = if response.model.is_empty() {
+            chat.name()
+        } else {
+            response.model.clone()
+        };
+        trace.push(
+            "generate",
+            started.elapsed().as_secs_f64() * 1000.0,
+            json!({
+                "model": model,
+                "route": QueryRoute::NoRetrieval.as_str(),
+                "passages": 0,
+                "note": "no retrieval: direct answer without citations",
+                "prompt_tokens": response.usage.prompt_tokens,
+                "completion_tokens": response.usage.completion_tokens,
+            }),
+        );
+        Ok(response.content.trim().to_string())
+    }
+
+    async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        if q.text.trim().is_empty() {
+            return Err(QueryError::EmptyQuestion);
+        }
+        let started = Instant::now();
+        let decision = self.classifier.classify(&q.text).await;
+        let delegate = match decision.route {
+            QueryRoute::NoRetrieval => "direct",
+            QueryRoute::SingleShot => SINGLE_SHOT_DELEGATE,
+            QueryRoute::Iterative => ITERATIVE_DELEGATE,
+        };
+        tracing::info!(route = decision.route.as_str(), classifier = %decision.classifier, delegate, reason = %decision.reason, "adaptive routing");
+        let route_step = TraceStep {
+            stage: "route".into(),
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            detail: json!({
+                "classifier": decision.classifier,
+                "configured_classifier": self.classifier.name(),
+                "route": decision.route.as_str(),
+                "delegate": delegate,
+                "reason": decision.reason,
+                "fallback": decision.fallback,
+            }),
+        };
+        let mut answer = match decision.route {
+            QueryRoute::NoRetrieval => {
+                let mut trace = RagTrace::default();
+                trace.steps.push(route_step);
+                let text = self.direct_answer(q, &mut trace).await?;
+                RagAnswer {
+                    text,
+                    citations: Vec::new(),
+                    trace,
+                }
+            }
+            QueryRoute::SingleShot | QueryRoute::Iterative => {
+                let pipeline = self.delegates.delegate(delegate)?;
+                let mut answer = pipeline.query(q).await?;
+                answer.trace.steps.insert(0, route_step);
+                answer
+            }
+        };
+        answer.trace.profile = Some(self.name.clone());
+        answer.trace.route = Some(decision.route.as_str().to_string());
+        Ok(answer)
+    }
+}
+
+#[async_trait]
+impl RagPipeline for AdaptiveRagPipeline {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn query(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        let span =
+            tracing::info_span!("rag_query", pipeline = %self.name, collection = %q.collection);
+        self.run(q).instrument(span).await
+    }
+}

@@ -1,0 +1,920 @@
+//! [`EmbeddedStore`]: the zero-setup [`DocumentStore`] — sled as the source of truth, with a
+//! persisted tantivy BM25 index and a vector index (exact scan, HNSW snapshot above a
+//! threshold) derived from it per collection.
+//!
+//! Layout: `<data_dir>/sled` (one tree `col/<name>` per collection, a `collections` registry
+//! tree) and `<data_dir>/indexes/<name>/{bm25/, vectors.bin}`.
+//!
+//! Protocol: a mutation is ONE sled batch (chunks + manifest entry + stale chunk removals +
+//! generation bump), flushed, and only then applied to the derived indexes, whose commits carry
+//! the generation they reflect. Opening compares every index's stamp with sled and rebuilds the
+//! BM25 index when it lags; the vector index is reloaded from sled, and an HNSW snapshot of an
+//! older generation is used with the newer chunks scanned exactly (or rebuilt in the
+//! background once enough changed). A per-collection read/write lock makes a search see a
+//! source either before or after a concurrent replace, and every hit is fetched from sled, so
+//! an id whose chunk is gone is never returned.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tracing::{debug, info, warn};
+
+use super::bm25::Bm25Index;
+use super::collection_tree::{CollectionTree, CommitOutcome};
+use super::exact_vectors::normalise;
+use super::hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
+use super::hybrid::fuse_hybrid;
+use super::index_stamp::IndexStamp;
+use super::layout::collection_tree_name;
+use super::vector_index::VectorIndex;
+use super::{
+    CollectionInfo, DocumentStore, Manifest, SearchMode, SearchRequest, SourceRecord, StoreError,
+};
+use crate::settings::StoreSettings;
+use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
+
+const REGISTRY_TREE: &str = "collections";
+const TREE_PREFIX: &str = "col/";
+const BM25_DIR: &str = "bm25";
+const SNAPSHOT_FILE: &str = "vectors.bin";
+/// Hybrid search fetches this many times `k` candidates from each side before fusing.
+const HYBRID_DEPTH_FACTOR: usize = 4;
+const HYBRID_MIN_DEPTH: usize = 20;
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn sled_io(context: String) -> impl FnOnce(sled::Error) -> StoreError {
+    move |e| StoreError::Io(format!("{context}: {e}"))
+}
+
+/// Checks a collection name: letters, digits, `-`, `_`, `.`, at most 128 bytes, not starting
+/// with a dot (names become folder names).
+pub fn validate_collection_name(name: &str) -> Result<(), StoreError> {
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidName(name.to_string()))
+    }
+}
+
+/// The derived indexes of one collection and the generation they reflect.
+struct CollectionIndexes {
+    bm25: Bm25Index,
+    vectors: VectorIndex,
+    /// Generation of the last mutation applied to the indexes.
+    generation: u64,
+    /// The BM25 index missed an update (its commit failed): rebuild it at the next mutation.
+    bm25_stale: bool,
+    snapshot_build_running: bool,
+}
+
+/// One open collection.
+struct Collection {
+    name: String,
+    tree: CollectionTree,
+    profile: EmbeddingProfile,
+    incarnation: u64,
+    dir: PathBuf,
+    indexes: RwLock<CollectionIndexes>,
+    snapshot_build: Mutex<Option<JoinHandle<()>>>,
+    dropped: AtomicBool,
+}
+
+impl Collection {
+    /// Opens a collection's indexes, rebuilding the ones that lag sled.
+    fn open(
+        name: &str,
+        tree: CollectionTree,
+        dir: PathBuf,
+        settings: &StoreSettings,
+    ) -> Result<Arc<Self>, StoreError> {
+        let missing = |what: &str| {
+            StoreError::Corrupt(format!(
+                "collection '{name}' has no {what}; drop it and re-ingest it"
+            ))
+        };
+        let profile = tree
+            .profile()?
+            .ok_or_else(|| missing("embedding profile"))?;
+        let incarnation = tree.incarnation()?.ok_or_else(|| missing("incarnation"))?;
+        let generation = tree.generation()?;
+        let stamp = IndexStamp {
+            incarnation,
+            generation,
+        };
+
+        let mut bm25 = Bm25Index::open(&dir.join(BM25_DIR))?;
+        let bm25_stamp = bm25.stamp()?;
+        if bm25_stamp != Some(stamp) {
+            let started = Instant::now();
+            let chunks = tree.all_chunks()?;
+            bm25.rebuild(&chunks, stamp)?;
+            info!(
+                collection = name,
+                index_generation = ?bm25_stamp.map(|s| s.generation),
+                sled_generation = generation,
+                chunks = chunks.len(),
+                duration_ms = started.elapsed().as_millis() as u64,
+                "BM25 index lagged sled; rebuilt it"
+            );
+        }
+
+        let mut vectors = VectorIndex::new(profile.dimensions, settings.clone());
+        for (id, vector) in tree.all_vectors(profile.dimensions)? {
+            vectors.upsert(&id, &vector);
+        }
+        let snapshot_path = dir.join(SNAPSHOT_FILE);
+        match HnswSnapshot::load(&snapshot_path) {
+            Ok(None) => {}
+            Ok(Some(snapshot)) if vectors.accepts(&snapshot.header(), stamp) => {
+                let snapshot_generation = snapshot.header().stamp.generation;
+                vectors.install_snapshot(Arc::new(snapshot));
+                if snapshot_generation < generation {
+                    info!(
+                        collection = name,
+                        snapshot_generation,
+                        sled_generation = generation,
+                        newer_chunks = vectors.pending_len(),
+                        "HNSW snapshot lags sled; newer chunks are scanned exactly until it is rebuilt"
+                    );
+                }
+            }
+            Ok(Some(snapshot)) => info!(
+                collection = name,
+                snapshot = ?snapshot.header(),
+                sled_generation = generation,
+                "HNSW snapshot does not match this collection or its settings; ignoring it"
+            ),
+            Err(reason) => {
+                warn!(collection = name, %reason, "HNSW snapshot unreadable; it will be rebuilt")
+            }
+        }
+
+        let collection = Arc::new(Self {
+            name: name.to_string(),
+            tree,
+            profile,
+            incarnation,
+            dir,
+            indexes: RwLock::new(CollectionIndexes {
+                bm25,
+                vectors,
+                generation,
+                bm25_stale: false,
+                snapshot_build_running: false,
+            }),
+            snapshot_build: Mutex::new(None),
+            dropped: AtomicBool::new(false),
+        });
+        {
+            let mut indexes = write(&collection.indexes);
+            collection.schedule_snapshot_build(&mut indexes);
+        }
+        Ok(collection)
+    }
+
+    fn stamp(&self, generation: u64) -> IndexStamp {
+        IndexStamp {
+            incarnation: self.incarnation,
+            generation,
+        }
+    }
+
+    /// Starts a background HNSW build when the vector index asks for one and none is running.
+    fn schedule_snapshot_build(self: &Arc<Self>, indexes: &mut CollectionIndexes) {
+        if indexes.snapshot_build_running
+            || self.dropped.load(Ordering::SeqCst)
+            || !indexes.vectors.needs_snapshot()
+        {
+            return;
+        }
+        let (ids, rows) = indexes.vectors.snapshot_input();
+        let header = indexes
+            .vectors
+            .snapshot_header_for(self.stamp(indexes.generation));
+        let collection = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("hnsw-{}", self.name))
+            .spawn(move || collection.build_snapshot(ids, rows, header));
+        match spawned {
+            Ok(handle) => {
+                indexes.snapshot_build_running = true;
+                *self
+                    .snapshot_build
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(handle);
+            }
+            Err(error) => warn!(
+                collection = %self.name, %error,
+                "cannot start the HNSW build thread; searching exactly meanwhile"
+            ),
+        }
+    }
+
+    /// Body of the build thread: build, persist, install, and chain another build if enough
+    /// changed meanwhile.
+    fn build_snapshot(self: Arc<Self>, ids: Vec<Arc<str>>, rows: Vec<f32>, header: SnapshotHeader) {
+        let started = Instant::now();
+        let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            HnswSnapshot::build(&ids, &rows, header)
+        }));
+        drop(rows);
+        let snapshot = match built {
+            Ok(snapshot) => Some(snapshot),
+            Err(_) => {
+                warn!(collection = %self.name, "HNSW build panicked; searching exactly");
+                None
+            }
+        };
+        if let Some(snapshot) = &snapshot
+            && !self.dropped.load(Ordering::SeqCst)
+        {
+            match snapshot.save(&self.dir.join(SNAPSHOT_FILE)) {
+                Ok(()) => info!(
+                    collection = %self.name,
+                    chunks = snapshot.len(),
+                    generation = header.stamp.generation,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    "HNSW snapshot built and saved"
+                ),
+                Err(reason) => warn!(
+                    collection = %self.name, %reason,
+                    "HNSW snapshot built but not saved; it is rebuilt after a restart"
+                ),
+            }
+        }
+        let mut indexes = write(&self.indexes);
+        indexes.snapshot_build_running = false;
+        if self.dropped.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(snapshot) = snapshot {
+            indexes.vectors.install_snapshot(Arc::new(snapshot));
+            self.schedule_snapshot_build(&mut indexes);
+        }
+    }
+
+    /// Waits until no HNSW build is running for this collection.
+    fn wait_for_snapshot_builds(&self) {
+        loop {
+            let handle = self
+                .snapshot_build
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            match handle {
+                Some(handle) => {
+                    if handle.join().is_err() {
+                        warn!(collection = %self.name, "HNSW build thread panicked");
+                    }
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Applies a committed mutation to the derived indexes. The chunks are already durable in
+    /// sled, so a failure here leaves the BM25 index marked stale (rebuilt at the next mutation
+    /// or reopen) and is reported.
+    fn apply_to_indexes(
+        self: &Arc<Self>,
+        indexes: &mut CollectionIndexes,
+        source_id: &str,
+        outcome: &CommitOutcome,
+        chunks: &[StoredChunk],
+    ) -> Result<(), StoreError> {
+        for id in &outcome.removed {
+            indexes.vectors.remove(id);
+        }
+        for chunk in chunks {
+            indexes.vectors.upsert(&chunk.id, &chunk.vector);
+        }
+        indexes.generation = outcome.generation;
+        let stamp = self.stamp(outcome.generation);
+        let result = if indexes.bm25_stale {
+            self.tree
+                .all_chunks()
+                .and_then(|all| indexes.bm25.rebuild(&all, stamp))
+        } else if chunks.is_empty() {
+            indexes.bm25.delete_source(source_id, stamp)
+        } else {
+            indexes.bm25.replace_source(source_id, chunks, stamp)
+        };
+        indexes.bm25_stale = result.is_err();
+        self.schedule_snapshot_build(indexes);
+        result.map_err(|error| {
+            StoreError::Io(format!(
+                "collection '{}': source '{source_id}' is stored, but updating its BM25 index failed ({error}); the index is rebuilt at the next change or when the store is reopened",
+                self.name
+            ))
+        })
+    }
+
+    /// Fetches hits from sled, skipping ids whose chunk is gone (or unreadable).
+    fn resolve_hits<I: AsRef<str>>(
+        &self,
+        hits: Vec<(I, f32)>,
+        origin: ScoreOrigin,
+    ) -> Result<Vec<ScoredChunk>, StoreError> {
+        let mut resolved = Vec::with_capacity(hits.len());
+        for (id, score) in hits {
+            let id = id.as_ref();
+            match self.tree.chunk(id)? {
+                Some(Ok(chunk)) => resolved.push(ScoredChunk {
+                    chunk,
+                    score,
+                    origin,
+                }),
+                Some(Err(reason)) => {
+                    warn!(collection = %self.name, chunk_id = id, %reason, "skipping an unreadable chunk")
+                }
+                None => {
+                    debug!(collection = %self.name, chunk_id = id, "index hit without a chunk in sled; skipped")
+                }
+            }
+        }
+        Ok(resolved)
+    }
+}
+
+/// A test hook called with a source id between its sled commit and its index update.
+#[cfg(test)]
+pub(crate) type CommitHook = Box<dyn Fn(&str) + Send + Sync>;
+
+/// The embedded document store. Cheap to share (`Send + Sync`); all locking is internal and
+/// per collection.
+pub struct EmbeddedStore {
+    db: sled::Db,
+    registry: sled::Tree,
+    index_root: PathBuf,
+    settings: StoreSettings,
+    collections: RwLock<BTreeMap<String, Arc<Collection>>>,
+    /// Called after a source's sled batch is flushed and before its indexes are updated
+    /// (lets the crash tests kill a process at that point).
+    #[cfg(test)]
+    after_sled_commit: Mutex<Option<CommitHook>>,
+}
+
+impl EmbeddedStore {
+    /// Opens (creating when missing) the store in `data_dir`: sled at `<data_dir>/sled`,
+    /// indexes under `<data_dir>/indexes/<collection>/`. Finishes any half-done creation or
+    /// drop of a collection, and rebuilds every derived index that lags sled (logged).
+    pub fn open(data_dir: &Path, settings: StoreSettings) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            StoreError::Io(format!(
+                "cannot create the data directory {}: {e}",
+                data_dir.display()
+            ))
+        })?;
+        let sled_path = data_dir.join("sled");
+        let db = sled::Config::new().path(&sled_path).open().map_err(|e| {
+            StoreError::Io(format!(
+                "cannot open the sled database {}: {e} (is another Orkeon process using this data directory?)",
+                sled_path.display()
+            ))
+        })?;
+        let registry = db
+            .open_tree(REGISTRY_TREE)
+            .map_err(sled_io("opening the collections registry".into()))?;
+        let store = Self {
+            db,
+            registry,
+            index_root: data_dir.join("indexes"),
+            settings,
+            collections: RwLock::new(BTreeMap::new()),
+            #[cfg(test)]
+            after_sled_commit: Mutex::new(None),
+        };
+        store.reconcile_registry()?;
+        let names: Vec<String> = store
+            .registry
+            .iter()
+            .keys()
+            .map(|key| {
+                key.map(|k| String::from_utf8_lossy(&k).into_owned())
+                    .map_err(sled_io("reading the collections registry".into()))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut collections = BTreeMap::new();
+        for name in names {
+            let collection = Collection::open(
+                &name,
+                store.tree(&name)?,
+                store.index_root.join(&name),
+                &store.settings,
+            )?;
+            collections.insert(name, collection);
+        }
+        *write(&store.collections) = collections;
+        Ok(store)
+    }
+
+    /// The sled handle, for other trees (quarantine, runs) in the same database.
+    pub fn db(&self) -> sled::Db {
+        self.db.clone()
+    }
+
+    /// Flushes sled to disk (every mutation already does; this is for other trees' writers).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db
+            .flush()
+            .map(|_| ())
+            .map_err(sled_io("flushing the database".into()))
+    }
+
+    /// Waits until no background HNSW build is running (a CLI calls it before exiting so the
+    /// snapshot is saved; dropping the store does it too).
+    pub fn wait_for_index_builds(&self) {
+        let collections: Vec<Arc<Collection>> = read(&self.collections).values().cloned().collect();
+        for collection in collections {
+            collection.wait_for_snapshot_builds();
+        }
+    }
+
+    fn tree(&self, name: &str) -> Result<CollectionTree, StoreError> {
+        let tree = self
+            .db
+            .open_tree(collection_tree_name(name))
+            .map_err(sled_io(format!("opening the tree of collection '{name}'")))?;
+        Ok(CollectionTree::new(name, tree))
+    }
+
+    /// Brings the registry and the collection trees back in line after a crash: a tree with
+    /// meta keys is a collection (registered if its creation was cut short); a tree without
+    /// them was being dropped (the drop is finished); a registered name without a tree is
+    /// forgotten.
+    fn reconcile_registry(&self) -> Result<(), StoreError> {
+        let registered: HashSet<String> = self
+            .registry
+            .iter()
+            .keys()
+            .filter_map(Result::ok)
+            .map(|k| String::from_utf8_lossy(&k).into_owned())
+            .collect();
+        let mut with_tree = HashSet::new();
+        for tree_name in self.db.tree_names() {
+            let tree_name = String::from_utf8_lossy(&tree_name).into_owned();
+            let Some(name) = tree_name.strip_prefix(TREE_PREFIX) else {
+                continue;
+            };
+            let tree = self.tree(name)?;
+            let initialised = tree.profile()?.is_some() && tree.incarnation()?.is_some();
+            if initialised && validate_collection_name(name).is_ok() {
+                with_tree.insert(name.to_string());
+                if !registered.contains(name) {
+                    info!(
+                        collection = name,
+                        "registering a collection whose creation was interrupted"
+                    );
+                    self.registry
+                        .insert(name.as_bytes(), &[])
+                        .map_err(sled_io(format!("registering collection '{name}'")))?;
+                }
+            } else {
+                info!(
+                    collection = name,
+                    "finishing an interrupted drop of a collection"
+                );
+                self.remove_collection_data(name)?;
+            }
+        }
+        for name in registered.difference(&with_tree) {
+            info!(collection = %name, "forgetting a registered collection without data");
+            self.remove_collection_data(name)?;
+        }
+        self.flush()
+    }
+
+    /// Removes a collection's registry entry, index folder and sled tree (in that order).
+    fn remove_collection_data(&self, name: &str) -> Result<(), StoreError> {
+        self.registry
+            .remove(name.as_bytes())
+            .map_err(sled_io(format!("unregistering collection '{name}'")))?;
+        self.registry
+            .flush()
+            .map_err(sled_io("flushing the collections registry".into()))?;
+        if validate_collection_name(name).is_ok() {
+            let dir = self.index_root.join(name);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(StoreError::Io(format!(
+                        "cannot remove the indexes of collection '{name}' at {}: {e}",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        self.db
+            .drop_tree(collection_tree_name(name))
+            .map_err(sled_io(format!("dropping the tree of collection '{name}'")))?;
+        Ok(())
+    }
+
+    fn collection(&self, name: &str) -> Result<Arc<Collection>, StoreError> {
+        validate_collection_name(name)?;
+        read(&self.collections)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownCollection(name.to_string()))
+    }
+
+    fn check_batch(
+        collection: &Collection,
+        record: &SourceRecord,
+        chunks: &[StoredChunk],
+    ) -> Result<(), StoreError> {
+        let invalid = |reason: String| StoreError::InvalidBatch {
+            collection: collection.name.clone(),
+            source_id: record.source_id.clone(),
+            reason,
+        };
+        let active = collection.profile.to_string();
+        if record.embedding_profile != active {
+            return Err(StoreError::ProfileMismatch {
+                collection: collection.name.clone(),
+                recorded: active,
+                active: record.embedding_profile.clone(),
+            });
+        }
+        let mut ids = HashSet::with_capacity(chunks.len());
+        for chunk in chunks {
+            if chunk.source_id != record.source_id {
+                return Err(invalid(format!(
+                    "chunk '{}' belongs to source '{}'",
+                    chunk.id, chunk.source_id
+                )));
+            }
+            if chunk.vector.len() != collection.profile.dimensions {
+                return Err(invalid(format!(
+                    "chunk '{}' has a vector of {} dimensions, but the collection holds {}",
+                    chunk.id,
+                    chunk.vector.len(),
+                    collection.profile
+                )));
+            }
+            if !ids.insert(chunk.id.as_str()) {
+                return Err(invalid(format!("chunk id '{}' appears twice", chunk.id)));
+            }
+        }
+        let recorded: BTreeSet<&str> = record.chunk_ids.iter().map(String::as_str).collect();
+        if recorded.len() != record.chunk_ids.len() || recorded != ids.into_iter().collect() {
+            return Err(invalid(
+                "the manifest entry's chunk_ids differ from the ids of the chunks given".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    fn after_sled_commit(&self, source_id: &str) {
+        if let Some(hook) = self
+            .after_sled_commit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            hook(source_id);
+        }
+    }
+
+    #[cfg(not(test))]
+    fn after_sled_commit(&self, _source_id: &str) {}
+
+    /// Installs the hook called between a source's sled commit and its index update.
+    #[cfg(test)]
+    pub(crate) fn set_after_sled_commit(&self, hook: CommitHook) {
+        *self
+            .after_sled_commit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    /// What the derived indexes of a collection hold, for consistency checks in tests.
+    #[cfg(test)]
+    pub(crate) fn index_state(&self, name: &str) -> IndexState {
+        let collection = self.collection(name).unwrap();
+        let indexes = read(&collection.indexes);
+        let mut vector_ids: Vec<String> = collection
+            .tree
+            .all_vectors(collection.profile.dimensions)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| indexes.vectors.contains(id))
+            .collect();
+        vector_ids.sort();
+        let mut bm25_ids = indexes.bm25.all_ids();
+        bm25_ids.sort();
+        IndexState {
+            sled_stamp: collection.stamp(collection.tree.generation().unwrap()),
+            bm25_stamp: indexes.bm25.stamp().unwrap(),
+            bm25_ids,
+            vector_ids,
+            vector_len: indexes.vectors.len(),
+            snapshot: indexes.vectors.snapshot_header(),
+            pending: indexes.vectors.pending_len(),
+        }
+    }
+}
+
+/// Snapshot of a collection's derived indexes (tests only).
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct IndexState {
+    pub sled_stamp: IndexStamp,
+    pub bm25_stamp: Option<IndexStamp>,
+    /// Every id in the BM25 index, sorted, repetitions kept.
+    pub bm25_ids: Vec<String>,
+    /// Sled chunk ids present in the vector index, sorted.
+    pub vector_ids: Vec<String>,
+    pub vector_len: usize,
+    pub snapshot: Option<SnapshotHeader>,
+    pub pending: usize,
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.wait_for_index_builds();
+        if let Err(error) = self.db.flush() {
+            warn!(%error, "flushing sled while closing the store failed");
+        }
+    }
+}
+
+impl DocumentStore for EmbeddedStore {
+    fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError> {
+        Ok(read(&self.collections)
+            .values()
+            .map(|collection| CollectionInfo {
+                name: collection.name.clone(),
+                sources: collection.tree.source_count(),
+                chunks: collection.tree.chunk_count(),
+                profile: Some(collection.profile.clone()),
+            })
+            .collect())
+    }
+
+    fn ensure_collection(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<(), StoreError> {
+        validate_collection_name(collection)?;
+        let mut collections = write(&self.collections);
+        if let Some(existing) = collections.get(collection) {
+            if &existing.profile != profile {
+                return Err(StoreError::ProfileMismatch {
+                    collection: collection.to_string(),
+                    recorded: existing.profile.to_string(),
+                    active: profile.to_string(),
+                });
+            }
+            return Ok(());
+        }
+        let tree = self.tree(collection)?;
+        let dir = self.index_root.join(collection);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => debug!(collection, "removed indexes left by an earlier incarnation"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StoreError::Io(format!(
+                    "cannot clear the index folder {} of new collection '{collection}': {e}",
+                    dir.display()
+                )));
+            }
+        }
+        tree.initialise(profile, rand::random())?;
+        self.registry
+            .insert(collection.as_bytes(), &[])
+            .map_err(sled_io(format!("registering collection '{collection}'")))?;
+        self.flush()?;
+        let opened = Collection::open(collection, tree, dir, &self.settings)?;
+        info!(collection, %profile, "created collection");
+        collections.insert(collection.to_string(), opened);
+        Ok(())
+    }
+
+    fn manifest(&self, collection: &str) -> Result<Manifest, StoreError> {
+        let handle = match self.collection(collection) {
+            Ok(handle) => handle,
+            Err(StoreError::UnknownCollection(_)) => {
+                return Ok(Manifest {
+                    collection: collection.to_string(),
+                    ..Manifest::default()
+                });
+            }
+            Err(other) => return Err(other),
+        };
+        let _consistent = read(&handle.indexes);
+        let mut manifest = Manifest {
+            collection: collection.to_string(),
+            profile: Some(handle.profile.clone()),
+            sources: Vec::new(),
+            corrupt_entries: Vec::new(),
+        };
+        for (source_id, entry) in handle.tree.manifest_entries()? {
+            match entry {
+                Ok(record) => manifest.sources.push(record),
+                Err(reason) => {
+                    warn!(collection, source_id, %reason, "corrupt manifest entry; the source will be re-ingested in full");
+                    manifest.corrupt_entries.push(source_id);
+                }
+            }
+        }
+        Ok(manifest)
+    }
+
+    fn replace_source(
+        &self,
+        collection: &str,
+        record: SourceRecord,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        let handle = self.collection(collection)?;
+        Self::check_batch(&handle, &record, &chunks)?;
+        let mut indexes = write(&handle.indexes);
+        if handle.dropped.load(Ordering::SeqCst) {
+            return Err(StoreError::UnknownCollection(collection.to_string()));
+        }
+        let outcome = handle.tree.replace_source(&record, &chunks)?;
+        self.after_sled_commit(&record.source_id);
+        debug!(
+            collection,
+            source_id = %record.source_id,
+            chunks = chunks.len(),
+            removed = outcome.removed.len(),
+            generation = outcome.generation,
+            "source committed"
+        );
+        handle.apply_to_indexes(&mut indexes, &record.source_id, &outcome, &chunks)
+    }
+
+    fn delete_source(&self, collection: &str, source_id: &str) -> Result<usize, StoreError> {
+        let handle = self.collection(collection)?;
+        let mut indexes = write(&handle.indexes);
+        if handle.dropped.load(Ordering::SeqCst) {
+            return Err(StoreError::UnknownCollection(collection.to_string()));
+        }
+        let Some(outcome) = handle.tree.delete_source(source_id)? else {
+            return Ok(0);
+        };
+        self.after_sled_commit(source_id);
+        handle.apply_to_indexes(&mut indexes, source_id, &outcome, &[])?;
+        Ok(outcome.removed.len())
+    }
+
+    fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {
+        validate_collection_name(collection)?;
+        let handle = write(&self.collections)
+            .remove(collection)
+            .ok_or_else(|| StoreError::UnknownCollection(collection.to_string()))?;
+        handle.dropped.store(true, Ordering::SeqCst);
+        handle.wait_for_snapshot_builds();
+        let mut indexes = write(&handle.indexes);
+        handle.tree.retire()?;
+        indexes.bm25.close();
+        self.remove_collection_data(collection)?;
+        self.flush()?;
+        info!(collection, "dropped collection");
+        Ok(())
+    }
+
+    fn chunks_of_source(
+        &self,
+        collection: &str,
+        source_id: &str,
+    ) -> Result<Vec<StoredChunk>, StoreError> {
+        let handle = self.collection(collection)?;
+        let _consistent = read(&handle.indexes);
+        let mut chunks = Vec::new();
+        for id in handle.tree.owned_chunk_ids(source_id)? {
+            match handle.tree.chunk(&id)? {
+                Some(Ok(chunk)) => chunks.push(chunk),
+                Some(Err(reason)) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "collection '{collection}', source '{source_id}': chunk '{id}' is unreadable ({reason}); re-ingest the source with --reindex"
+                    )));
+                }
+                None => {
+                    warn!(collection, source_id, chunk_id = %id, "manifest names a missing chunk")
+                }
+            }
+        }
+        chunks.sort_by_key(|chunk| chunk.ordinal);
+        Ok(chunks)
+    }
+
+    fn get_chunk(
+        &self,
+        collection: &str,
+        chunk_id: &str,
+    ) -> Result<Option<StoredChunk>, StoreError> {
+        let handle = self.collection(collection)?;
+        match handle.tree.chunk(chunk_id)? {
+            None => Ok(None),
+            Some(Ok(chunk)) => Ok(Some(chunk)),
+            Some(Err(reason)) => Err(StoreError::Corrupt(format!(
+                "collection '{collection}': chunk '{chunk_id}' is unreadable ({reason}); re-ingest its source with --reindex"
+            ))),
+        }
+    }
+
+    fn search(
+        &self,
+        collection: &str,
+        request: &SearchRequest,
+    ) -> Result<Vec<ScoredChunk>, StoreError> {
+        let handle = self.collection(collection)?;
+        let invalid = |reason: String| StoreError::InvalidRequest {
+            collection: collection.to_string(),
+            reason,
+        };
+        let k = request.k;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let query_vector = match (&request.vector, request.mode) {
+            (_, SearchMode::Bm25) => None,
+            (None, mode) => {
+                return Err(invalid(format!(
+                    "{} search needs a query vector",
+                    match mode {
+                        SearchMode::Vector => "vector",
+                        _ => "hybrid",
+                    }
+                )));
+            }
+            (Some(vector), _) if vector.len() != handle.profile.dimensions => {
+                return Err(invalid(format!(
+                    "the query vector has {} dimensions, but the collection holds {}; embed the query with the collection's model",
+                    vector.len(),
+                    handle.profile
+                )));
+            }
+            (Some(vector), _) => {
+                let mut unit = vector.clone();
+                normalise(&mut unit);
+                Some(unit)
+            }
+        };
+        let text = request.text.as_deref().filter(|t| !t.trim().is_empty());
+        let rrf_k = if request.rrf_k.is_finite() && request.rrf_k > 0.0 {
+            request.rrf_k
+        } else {
+            self.settings.rrf_k
+        };
+
+        let indexes = read(&handle.indexes);
+        match (request.mode, query_vector) {
+            (SearchMode::Bm25, _) => {
+                let Some(text) = text else {
+                    return Err(invalid("BM25 search needs query text".into()));
+                };
+                let hits = indexes.bm25.search(text, k.saturating_mul(2))?;
+                let mut resolved = handle.resolve_hits(hits, ScoreOrigin::Bm25)?;
+                resolved.truncate(k);
+                Ok(resolved)
+            }
+            (SearchMode::Vector, Some(query)) => {
+                let hits = indexes.vectors.search(&query, k);
+                handle.resolve_hits(hits, ScoreOrigin::Vector)
+            }
+            (SearchMode::Hybrid, Some(query)) => {
+                let depth = k.saturating_mul(HYBRID_DEPTH_FACTOR).max(HYBRID_MIN_DEPTH);
+                let vector_hits = handle
+                    .resolve_hits(indexes.vectors.search(&query, depth), ScoreOrigin::Vector)?;
+                let lexical_hits = match text {
+                    Some(text) => {
+                        handle.resolve_hits(indexes.bm25.search(text, depth)?, ScoreOrigin::Bm25)?
+                    }
+                    None => Vec::new(),
+                };
+                Ok(fuse_hybrid(vector_hits, lexical_hits, rrf_k, k))
+            }
+            (_, None) => Err(invalid("a query vector is required".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "embedded_tests.rs"]
+pub(super) mod tests;

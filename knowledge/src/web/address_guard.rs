@@ -1,0 +1,313 @@
+//! The SSRF guard of the web fallback: which network addresses the retriever may connect to.
+//!
+//! Every host is resolved *before* any connection and the request is then pinned to exactly
+//! the addresses that were checked (so a DNS answer cannot change between the check and the
+//! connection). A URL is refused when any of its addresses is
+//!
+//! - IPv4: unspecified / "this network" (`0.0.0.0/8`), loopback (`127.0.0.0/8`), private
+//!   (`10/8`, `172.16/12`, `192.168/16`), shared carrier-grade NAT (`100.64/10`), link-local
+//!   (`169.254/16`), multicast (`224/4`), reserved (`240/4`) or broadcast;
+//! - IPv6: unspecified (`::`), loopback (`::1`), unique-local (`fc00::/7`), link-local
+//!   (`fe80::/10`), deprecated site-local (`fec0::/10`), multicast (`ff00::/8`), and any IPv4
+//!   address embedded as IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) or NAT64
+//!   (`64:ff9b::/96`) that the IPv4 rules refuse;
+//!
+//! unless that exact socket address (IP *and* port) is one the configured search endpoint
+//! itself resolves to — so a SearxNG running on the same machine or network works, while a
+//! page on another local port or another private host is never fetched.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use reqwest::Url;
+
+use super::WebError;
+
+/// Why an address is not public, or `None` when it is.
+pub fn non_public_reason(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => v4_reason(v4),
+        IpAddr::V6(v6) => v6_reason(v6),
+    }
+}
+
+fn v4_reason(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, _, _] = ip.octets();
+    if ip.is_unspecified() || a == 0 {
+        Some("unspecified address")
+    } else if ip.is_loopback() {
+        Some("loopback address")
+    } else if ip.is_private() {
+        Some("private address")
+    } else if a == 100 && (64..128).contains(&b) {
+        Some("shared (carrier-grade NAT) address")
+    } else if ip.is_link_local() {
+        Some("link-local address")
+    } else if ip.is_multicast() {
+        Some("multicast address")
+    } else if ip.is_broadcast() {
+        Some("broadcast address")
+    } else if a >= 240 {
+        Some("reserved address")
+    } else {
+        None
+    }
+}
+
+fn v6_reason(ip: Ipv6Addr) -> Option<&'static str> {
+    let segments = ip.segments();
+    if ip.is_unspecified() {
+        return Some("unspecified address");
+    }
+    if ip.is_loopback() {
+        return Some("loopback address");
+    }
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return v4_reason(v4);
+    }
+    // IPv4-compatible (deprecated, ::a.b.c.d) and NAT64 (64:ff9b::/96) embed an IPv4 address.
+    let embeds_v4 = segments[..6].iter().all(|&s| s == 0)
+        || (segments[0] == 0x64 && segments[1] == 0xff9b && segments[2..6].iter().all(|&s| s == 0));
+    if embeds_v4 {
+        let [.., hi, lo] = segments;
+        let v4 = Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+        return v4_reason(v4);
+    }
+    match segments[0] {
+        s if s & 0xfe00 == 0xfc00 => Some("unique-local (private) address"),
+        s if s & 0xffc0 == 0xfe80 => Some("link-local address"),
+        s if s & 0xffc0 == 0xfec0 => Some("site-local address"),
+        s if s & 0xff00 == 0xff00 => Some("multicast address"),
+        _ => None,
+    }
+}
+
+/// The host of `url` as the resolver and the pinning need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlHost {
+    Ip(IpAddr),
+    Domain(String),
+}
+
+/// Checks URLs against the address rules, with the search endpoint's own addresses exempt.
+#[derive(Debug, Clone)]
+pub struct AddressGuard {
+    endpoint: Url,
+    resolve_timeout: Duration,
+}
+
+/// A URL whose addresses passed the guard: connect to these and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedTarget {
+    pub host: UrlHost,
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// The host and port of an http(s) URL.
+pub fn host_and_port(url: &Url) -> Result<(UrlHost, u16), WebError> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(WebError::Refused {
+            url: url.to_string(),
+            reason: format!("the scheme `{}` is not http or https", url.scheme()),
+        });
+    }
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| WebError::Refused {
+            url: url.to_string(),
+            reason: "the URL has no port and its scheme has no default".into(),
+        })?;
+    // The URL parser has already normalised IPv4 spellings (`0x7f.1`, `2130706433`) to the
+    // dotted form and wrapped IPv6 literals in brackets.
+    let raw = url.host_str().ok_or_else(|| WebError::Refused {
+        url: url.to_string(),
+        reason: "the URL has no host".into(),
+    })?;
+    let unbracketed = raw.trim_start_matches('[').trim_end_matches(']');
+    let host = match unbracketed.parse::<IpAddr>() {
+        Ok(ip) => UrlHost::Ip(ip),
+        Err(_) => UrlHost::Domain(raw.to_ascii_lowercase()),
+    };
+    Ok((host, port))
+}
+
+impl AddressGuard {
+    /// A guard exempting the addresses of `endpoint` (the configured search endpoint).
+    pub fn new(endpoint: Url, resolve_timeout: Duration) -> Self {
+        Self {
+            endpoint,
+            resolve_timeout,
+        }
+    }
+
+    async fn resolve(&self, url: &Url) -> Result<CheckedTarget, WebError> {
+        let (host, port) = host_and_port(url)?;
+        let addrs = match &host {
+            UrlHost::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+            UrlHost::Domain(domain) => {
+                let lookup = tokio::net::lookup_host((domain.as_str(), port));
+                let found = tokio::time::timeout(self.resolve_timeout, lookup)
+                    .await
+                    .map_err(|_| WebError::Download {
+                        url: url.to_string(),
+                        reason: format!(
+                            "resolving {domain} took longer than {} ms",
+                            self.resolve_timeout.as_millis()
+                        ),
+                    })?
+                    .map_err(|e| WebError::Download {
+                        url: url.to_string(),
+                        reason: format!("cannot resolve {domain}: {e}"),
+                    })?;
+                let mut addrs: Vec<SocketAddr> = found.collect();
+                addrs.sort();
+                addrs.dedup();
+                addrs
+            }
+        };
+        if addrs.is_empty() {
+            return Err(WebError::Download {
+                url: url.to_string(),
+                reason: "the host resolved to no address".into(),
+            });
+        }
+        Ok(CheckedTarget { host, addrs })
+    }
+
+    /// Resolves `url` and checks every address: the target to pin the connection to, or
+    /// [`WebError::Refused`] naming the first refused address and why.
+    pub async fn check(&self, url: &Url) -> Result<CheckedTarget, WebError> {
+        let target = self.resolve(url).await?;
+        let mut exempt: Option<Vec<SocketAddr>> = None;
+        for addr in &target.addrs {
+            let Some(reason) = non_public_reason(addr.ip()) else {
+                continue;
+            };
+            if exempt.is_none() {
+                // Resolved only when needed: most URLs are public.
+                exempt = Some(match self.resolve(&self.endpoint).await {
+                    Ok(endpoint) => endpoint.addrs,
+                    Err(_) => Vec::new(),
+                });
+            }
+            if exempt.as_ref().is_some_and(|e| e.contains(addr)) {
+                continue;
+            }
+            tracing::warn!(url = %url, address = %addr, reason, "web fallback refused a non-public address");
+            return Err(WebError::Refused {
+                url: url.to_string(),
+                reason: format!(
+                    "{addr} is a {reason}; the web fallback only connects to public addresses (or to the configured search endpoint itself)"
+                ),
+            });
+        }
+        Ok(target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(ip: &str) -> bool {
+        non_public_reason(ip.parse().unwrap()).is_some()
+    }
+
+    #[test]
+    fn non_public_v4_and_v6_addresses_are_recognised() {
+        for ip in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "10.0.0.1",
+            "10.255.255.1",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "0.1.2.3",
+            "100.64.0.1",
+            "224.0.0.1",
+            "239.255.255.250",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::",
+            "::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.1.2.3",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "64:ff9b::a00:1",
+        ] {
+            assert!(refused(ip), "{ip} should be refused");
+        }
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "192.169.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+        ] {
+            assert!(!refused(ip), "{ip} should be allowed");
+        }
+    }
+
+    #[test]
+    fn hosts_are_read_after_url_normalisation() {
+        let host = |u: &str| host_and_port(&Url::parse(u).unwrap()).unwrap();
+        assert_eq!(
+            host("http://0x7f.1:8080/x"),
+            (UrlHost::Ip("127.0.0.1".parse().unwrap()), 8080)
+        );
+        assert_eq!(
+            host("http://2130706433/"),
+            (UrlHost::Ip("127.0.0.1".parse().unwrap()), 80)
+        );
+        assert_eq!(
+            host("https://[::1]/"),
+            (UrlHost::Ip("::1".parse().unwrap()), 443)
+        );
+        assert_eq!(
+            host("https://Example.COM/a"),
+            (UrlHost::Domain("example.com".into()), 443)
+        );
+        let err = host_and_port(&Url::parse("file:///etc/passwd").unwrap()).unwrap_err();
+        assert!(err.to_string().contains("not http or https"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn only_the_endpoint_socket_address_is_exempt() {
+        let guard = AddressGuard::new(
+            Url::parse("http://127.0.0.1:8888").unwrap(),
+            Duration::from_secs(2),
+        );
+        let ok = guard
+            .check(&Url::parse("http://127.0.0.1:8888/page.html").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(ok.addrs, vec!["127.0.0.1:8888".parse().unwrap()]);
+        for url in [
+            "http://127.0.0.1:8889/page.html",
+            "http://10.0.0.7/admin",
+            "http://[::1]:8888/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://localhost:9/",
+        ] {
+            let err = guard.check(&Url::parse(url).unwrap()).await.unwrap_err();
+            assert!(matches!(err, WebError::Refused { .. }), "{url}: {err}");
+        }
+        let public = guard
+            .check(&Url::parse("http://93.184.216.34/").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(public.addrs.len(), 1);
+    }
+}

@@ -1,0 +1,162 @@
+//! Guarded HTTP GETs for the web fallback: every hop (the first request and each redirect) is
+//! checked by the [`AddressGuard`] and pinned to the addresses that were checked; redirects are
+//! followed by hand, at most `max_redirects`, and only to http(s); the body is bounded while
+//! streaming (a `Content-Length` is not trusted alone); one timeout covers each hop. System
+//! proxies are ignored on purpose: a proxy would connect on our behalf to addresses the guard
+//! never saw.
+
+use std::time::Duration;
+
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use super::WebError;
+use super::address_guard::{AddressGuard, UrlHost};
+
+/// Limits of one guarded GET.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchLimits {
+    pub timeout: Duration,
+    pub max_bytes: usize,
+    pub max_redirects: usize,
+}
+
+/// A successful GET.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The URL that finally answered (after redirects).
+    pub url: Url,
+    pub content_type: Option<String>,
+    pub bytes: Vec<u8>,
+    pub redirects: usize,
+}
+
+fn client_for(
+    url: &Url,
+    host: &UrlHost,
+    addrs: &[std::net::SocketAddr],
+    limits: FetchLimits,
+) -> Result<reqwest::Client, WebError> {
+    let mut builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(limits.timeout)
+        .connect_timeout(limits.timeout)
+        .user_agent(concat!(
+            "orkeon/",
+            env!("CARGO_PKG_VERSION"),
+            " (web fallback)"
+        ));
+    if let UrlHost::Domain(domain) = host {
+        // Pin the connection to the checked addresses: no second DNS answer is consulted.
+        builder = builder.resolve_to_addrs(domain, addrs);
+    }
+    builder.build().map_err(|e| WebError::Download {
+        url: url.to_string(),
+        reason: format!("cannot build the HTTP client: {e}"),
+    })
+}
+
+fn request_error(url: &Url, limits: FetchLimits, error: reqwest::Error) -> WebError {
+    if error.is_timeout() {
+        WebError::Timeout {
+            url: url.to_string(),
+            timeout_ms: limits.timeout.as_millis() as u64,
+        }
+    } else {
+        WebError::Download {
+            url: url.to_string(),
+            reason: error.to_string(),
+        }
+    }
+}
+
+/// GETs `url` through the guard. `headers` are sent to the first hop only (an API key must
+/// not follow a redirect to another host).
+pub async fn guarded_get(
+    guard: &AddressGuard,
+    url: Url,
+    headers: HeaderMap,
+    limits: FetchLimits,
+) -> Result<Fetched, WebError> {
+    let mut current = url;
+    let mut redirects = 0usize;
+    loop {
+        let target = guard.check(&current).await?;
+        let client = client_for(&current, &target.host, &target.addrs, limits)?;
+        let mut request = client.get(current.clone());
+        if redirects == 0 {
+            request = request.headers(headers.clone());
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| request_error(&current, limits, e))?;
+        let status = response.status();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| WebError::Download {
+                    url: current.to_string(),
+                    reason: format!(
+                        "redirect {} without a usable Location header",
+                        status.as_u16()
+                    ),
+                })?;
+            let next = current.join(location).map_err(|e| WebError::Download {
+                url: current.to_string(),
+                reason: format!("redirect to an invalid URL {location:?}: {e}"),
+            })?;
+            redirects += 1;
+            if redirects > limits.max_redirects {
+                return Err(WebError::Download {
+                    url: current.to_string(),
+                    reason: format!("more than {} redirects", limits.max_redirects),
+                });
+            }
+            tracing::debug!(from = %current, to = %next, "web fallback follows a redirect");
+            current = next;
+            continue;
+        }
+        if !status.is_success() {
+            return Err(WebError::Status {
+                url: current.to_string(),
+                status: status.as_u16(),
+            });
+        }
+        let too_large = |size: u64| WebError::TooLarge {
+            url: current.to_string(),
+            size,
+            limit: limits.max_bytes,
+        };
+        if let Some(length) = response.content_length()
+            && length > limits.max_bytes as u64
+        {
+            return Err(too_large(length));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+            .map(str::to_owned);
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| request_error(&current, limits, e))?
+        {
+            if bytes.len() + chunk.len() > limits.max_bytes {
+                return Err(too_large((bytes.len() + chunk.len()) as u64));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        return Ok(Fetched {
+            url: current,
+            content_type,
+            bytes,
+            redirects,
+        });
+    }
+}

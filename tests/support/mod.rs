@@ -1,0 +1,174 @@
+//! Shared helpers of the end-to-end tests: the real `orkeon` binary on real files, and a real
+//! daemon on a loopback port.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The models folder (`ORKEON_MODELS_DIR`, else `../shared/models`).
+pub fn models_dir() -> PathBuf {
+    std::env::var_os("ORKEON_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models")))
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `orkeon` with a private data dir, the shared models, in `cwd`.
+pub fn orkeon(cwd: &Path, data_dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_orkeon"));
+    cmd.current_dir(cwd)
+        .env("ORKEON_MODELS_DIR", models_dir())
+        .env_remove("RUST_LOG")
+        .arg("--data-dir")
+        .arg(data_dir);
+    cmd
+}
+
+/// Runs and parses stdout as JSON, failing with both streams on a non-zero exit.
+pub fn run_json(cmd: &mut Command) -> serde_json::Value {
+    let output = cmd.output().expect("orkeon runs");
+    assert!(
+        output.status.success(),
+        "orkeon failed: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Runs expecting failure; returns the output.
+pub fn run_failing(cmd: &mut Command) -> Output {
+    let output = cmd.output().expect("orkeon runs");
+    assert!(
+        !output.status.success(),
+        "orkeon unexpectedly succeeded:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    output
+}
+
+/// A daemon on 127.0.0.1:<ephemeral>.
+pub struct Daemon {
+    pub child: Child,
+    pub addr: String,
+    pub stderr_log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `orkeon daemon` and waits for its "listening" line.
+    pub fn start(cwd: &Path, data_dir: &Path, crews: &Path, extra_env: &[(&str, &str)]) -> Daemon {
+        let stderr_log = data_dir.with_extension("daemon.log");
+        let log = std::fs::File::create(&stderr_log).expect("log file");
+        let mut cmd = orkeon(cwd, data_dir);
+        cmd.arg("daemon")
+            .arg("--crews")
+            .arg(crews)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log);
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("daemon starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next() {
+                if let Some(addr) = line.strip_prefix("orkeon listening on ") {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "daemon did not start; log:\n{}",
+                    std::fs::read_to_string(&stderr_log).unwrap_or_default()
+                );
+            }
+        };
+        Daemon {
+            child,
+            addr,
+            stderr_log,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").arg("-TERM").arg(&pid).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("daemon did not stop after SIGTERM; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns Some or the deadline passes.
+pub fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Copies a folder tree.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
