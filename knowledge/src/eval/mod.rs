@@ -7,12 +7,14 @@
 //! - [`ranking`]: retrieved chunks → a de-duplicated ranking of document keys;
 //! - [`metrics`]: recall@k, MRR@k, graded nDCG@k (`trec_eval` definitions);
 //! - [`judge`]: the generation judge (LLM verdict, or the deterministic heuristic);
+//! - [`harness`]: [`EvalHarness`], one ingestion then every profile, case by case;
 //! - [`report`]: per-case/per-profile results and their Markdown rendering;
 //! - [`gate`]: the CI floors and their check.
 
 pub mod beir_files;
 pub mod dataset;
 pub mod gate;
+pub mod harness;
 pub mod judge;
 pub mod metrics;
 pub mod ranking;
@@ -23,6 +25,7 @@ use std::path::PathBuf;
 
 pub use dataset::{BeirDocument, CorpusSource, EvalCase, EvalDataset, load_dataset};
 pub use gate::{Floors, check_gate, load_floors};
+pub use harness::{EvalHarness, EvalOptions, EvalProgress};
 pub use judge::{GenerationJudge, JudgeVerdict};
 pub use metrics::{mrr_at_k, ndcg_at_k, recall_at_k};
 pub use report::{
@@ -66,6 +69,19 @@ pub enum EvalError {
         dataset: String,
         #[source]
         source: crate::ingest::IngestError,
+    },
+    #[error("profile '{profile}' cannot be used: {source}")]
+    Profile {
+        profile: String,
+        #[source]
+        source: Box<crate::query::QueryError>,
+    },
+    #[error("profile '{profile}' failed on case '{case}': {source}")]
+    Query {
+        profile: String,
+        case: String,
+        #[source]
+        source: Box<crate::query::QueryError>,
     },
     #[error("evaluation task failed: {0}")]
     Task(String),
