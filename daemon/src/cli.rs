@@ -167,10 +167,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::Daemon { .. } => crate::commands::daemon::run(config).await.map(|()| true),
         Command::Rag { server, command } => match server {
-            Some(url) => rag::run_remote(command, &Connection::new(Some(url), &config), &out).await,
+            Some(url) => rag::run_remote(command, &Connection::new(Some(url), &config), &out)
+                .await
+                .map(|()| true),
             None => rag::run(command, &config, &out).await,
-        }
-        .map(|()| true),
+        },
         Command::Models { command } => models::run(command, &config, &out).await.map(|()| true),
         Command::Crew { server, command } => {
             let conn = Connection::new(server, &config);

@@ -2,5 +2,6 @@
 
 pub mod crew;
 pub mod daemon;
+pub mod eval;
 pub mod models;
 pub mod rag;

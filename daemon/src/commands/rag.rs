@@ -35,6 +35,8 @@ pub enum RagCommand {
         /// Collection name.
         collection: String,
     },
+    /// Evaluate retrieval (and generation) quality on a golden YAML or BEIR dataset.
+    Eval(super::eval::EvalArgs),
 }
 
 #[derive(Debug, Args)]
@@ -120,8 +122,16 @@ fn require_collection(
     )
 }
 
-pub async fn run(command: RagCommand, config: &Config, out: &Output) -> anyhow::Result<()> {
+pub async fn run(command: RagCommand, config: &Config, out: &Output) -> anyhow::Result<bool> {
     match command {
+        RagCommand::Eval(args) => super::eval::run(args, config, out).await,
+        other => run_other(other, config, out).await.map(|()| true),
+    }
+}
+
+async fn run_other(command: RagCommand, config: &Config, out: &Output) -> anyhow::Result<()> {
+    match command {
+        RagCommand::Eval(_) => unreachable!("handled by run"),
         RagCommand::Ingest(args) => ingest(args, config, out).await,
         RagCommand::Search(args) => search(args, config, out).await,
         RagCommand::Query(args) => query(args, config, out).await,
@@ -390,8 +400,14 @@ pub async fn run_remote(
     conn: &Connection,
     out: &Output,
 ) -> anyhow::Result<()> {
+    if matches!(command, RagCommand::Eval(_)) {
+        anyhow::bail!(
+            "`rag eval` runs in-process (it ingests the dataset into the local data directory); drop --server"
+        );
+    }
     let mut client = conn.knowledge().await?;
     match command {
+        RagCommand::Eval(_) => unreachable!("refused above"),
         RagCommand::Ingest(args) => {
             let chunking = args.chunking.clone().map(|strategy| pb::Chunking {
                 strategy,
