@@ -31,7 +31,12 @@ fn debouncer(
         None,
         move |result: DebounceEventResult| match result {
             Ok(events) => {
-                let paths: Vec<PathBuf> = events.iter().flat_map(|e| e.paths.clone()).collect();
+                // Reads (open/close of a file, e.g. by our own ingestion) are not changes.
+                let paths: Vec<PathBuf> = events
+                    .iter()
+                    .filter(|e| !matches!(e.kind, notify::EventKind::Access(_)))
+                    .flat_map(|e| e.paths.clone())
+                    .collect();
                 if !paths.is_empty() {
                     let _ = tx.send(paths);
                 }
