@@ -772,6 +772,67 @@ async fn rerank_throughput(
     Ok((report, ratio_p50, inference_p50))
 }
 
+/// The store's three search modes timed on their own (query vectors embedded beforehand), at
+/// the depth a hybrid search of `candidate_k` = 50 uses for each of its legs.
+async fn search_breakdown(
+    store: &EmbeddedStore,
+    embedder: &Arc<dyn Embedder>,
+    collection: &str,
+    queries: &[String],
+) -> BenchResult<Value> {
+    let hybrid_k = RERANK_CANDIDATES;
+    let depth = hybrid_k * 4;
+    let modes = [
+        ("vector", SearchMode::Vector, depth),
+        // BM25 mode fetches 2k hits and resolves them all: k = depth / 2 does the hybrid leg's work.
+        ("bm25", SearchMode::Bm25, depth / 2),
+        ("hybrid", SearchMode::Hybrid, hybrid_k),
+    ];
+    let mut timings: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut vectors = Vec::with_capacity(queries.len());
+    for q in queries {
+        vectors.push(embedder.embed_query(q).await?);
+    }
+    for (q, vector) in queries.iter().zip(&vectors) {
+        for (label, mode, k) in modes {
+            let request = SearchRequest {
+                mode,
+                text: Some(q.clone()),
+                vector: Some(vector.clone()),
+                k,
+                rrf_k: StoreSettings::default().rrf_k,
+            };
+            let started = Instant::now();
+            let hits = store.search(collection, &request)?;
+            let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+            if hits.is_empty() {
+                return Err(
+                    format!("{label} search of '{q}' in {collection} found nothing").into(),
+                );
+            }
+            timings.entry(label).or_default().push(elapsed);
+        }
+    }
+    let mut report = serde_json::Map::new();
+    report.insert(
+        "what".into(),
+        json!(format!(
+            "DocumentStore::search alone, per mode: vector k = {depth}, bm25 resolving {depth} hits, hybrid k = {hybrid_k} (each leg {depth} deep, then RRF); query vectors embedded beforehand"
+        )),
+    );
+    for (label, values) in timings {
+        report.insert(format!("{label}_ms"), summary(values));
+    }
+    Ok(Value::Object(report))
+}
+
+fn host_load() -> Value {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| json!(l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
+        .unwrap_or(Value::Null)
+}
+
 fn snapshot_file(data: &Path, collection: &str) -> PathBuf {
     data.join("indexes").join(collection).join("vectors.bin")
 }
@@ -797,6 +858,7 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
     let bench_started = Instant::now();
+    let load_at_start = host_load();
 
     let embedding = EmbeddingSettings {
         models_dir: Some(models_dir.clone()),
@@ -892,6 +954,8 @@ fn main() -> BenchResult<()> {
     let mut rerank_stage_p50: BTreeMap<(usize, String), (f64, Value)> = BTreeMap::new();
     for &size in &sizes {
         let collection = format!("bench-{size}");
+        let breakdown =
+            runtime.block_on(search_breakdown(&store, &embedder, &collection, &queries))?;
         let mut profiles = serde_json::Map::new();
         for variant in &variants {
             let (asked, warmup) = if variant.cross_encoder {
@@ -946,6 +1010,7 @@ fn main() -> BenchResult<()> {
             "derived_chunks": outcome.map(|o| o.derived),
             "derived_to_main_parent_cosine_mean": outcome.map(|o| round3(o.derived_to_parent_cosine)),
             "derived_pair_cosine_mean": outcome.map(|o| round3(o.derived_pair_cosine)),
+            "store_search_alone": breakdown,
             "profiles": Value::Object(profiles),
         }));
     }
@@ -1025,6 +1090,11 @@ fn main() -> BenchResult<()> {
             },
         },
         "total_s": round3(bench_started.elapsed().as_secs_f64()),
+        "host": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
+            "loadavg_at_start": load_at_start,
+            "loadavg_at_end": host_load(),
+        },
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
