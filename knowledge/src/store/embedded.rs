@@ -900,8 +900,16 @@ impl DocumentStore for EmbeddedStore {
             }
             (SearchMode::Hybrid, Some(query)) => {
                 let depth = k.saturating_mul(HYBRID_DEPTH_FACTOR).max(HYBRID_MIN_DEPTH);
-                let vector_hits = handle
-                    .resolve_hits(indexes.vectors.search(&query, depth), ScoreOrigin::Vector)?;
+                // The vector leg stays within the HNSW graph's reach when one serves the
+                // collection (a deeper leg would fall back to an exact scan of every vector).
+                let vector_depth = match indexes.vectors.approximate_depth() {
+                    Some(ef_search) => depth.min(ef_search.max(k)),
+                    None => depth,
+                };
+                let vector_hits = handle.resolve_hits(
+                    indexes.vectors.search(&query, vector_depth),
+                    ScoreOrigin::Vector,
+                )?;
                 let lexical_hits = match text {
                     Some(text) => {
                         handle.resolve_hits(indexes.bm25.search(text, depth)?, ScoreOrigin::Bm25)?

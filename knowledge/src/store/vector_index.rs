@@ -136,6 +136,15 @@ impl VectorIndex {
     }
 
     /// The `k` nearest live chunks to a normalised query, best first, with cosine scores.
+    /// How deep a search can go through the HNSW snapshot (its `ef_search`), when one serves
+    /// this index; deeper searches scan exactly.
+    pub fn approximate_depth(&self) -> Option<usize> {
+        self.snapshot
+            .as_ref()
+            .filter(|_| self.live.len() >= self.settings.hnsw_threshold)
+            .map(|s| s.header().ef_search)
+    }
+
     pub fn search(&self, query: &[f32], k: usize) -> Vec<(Arc<str>, f32)> {
         if k == 0 || self.live.is_empty() {
             return Vec::new();
