@@ -239,3 +239,59 @@ fn models_list_reports_the_shared_models_as_verified() {
         .expect("bge listed");
     assert_eq!(bge["verified"], true, "{models}");
 }
+
+#[test]
+fn rag_eval_runs_the_beir_fixture_and_the_gate_fails_below_its_floors() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let data = work.path().join("data");
+    let dataset = support::repo().join("examples/rag/eval/beir-mini");
+    let mut cmd = orkeon(work.path(), &data);
+    cmd.args([
+        "--json",
+        "rag",
+        "eval",
+        "--compare",
+        "fast",
+        "--offline",
+        "--dataset",
+    ])
+    .arg(&dataset);
+    let report = run_json(&mut cmd);
+    assert_eq!(report["dataset"], "beir-mini");
+    assert_eq!(report["queries"], 6);
+    let fast = &report["profiles"][0];
+    assert_eq!(fast["profile"], "fast");
+    for key in ["1", "3", "5", "10", "100"] {
+        let value = fast["recall_at"][key].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&value), "recall@{key}: {report}");
+    }
+    assert!(fast["ndcg_at_10"].as_f64().expect("ndcg") > 0.5, "{report}");
+    assert!(fast["judge"].as_str().expect("judge").contains("heuristic"));
+
+    // Floors nobody can meet: the gate fails, naming the metric.
+    let floors = work.path().join("floors.yaml");
+    fs::write(
+        &floors,
+        "profile: fast\nrecall_at_5: 1.0\nmrr_at_10: 0.1\nset_on: 2026-12-02\n",
+    )
+    .expect("write");
+    let mut cmd = orkeon(work.path(), &data);
+    cmd.args([
+        "rag",
+        "eval",
+        "--compare",
+        "fast",
+        "--offline",
+        "--no-generate",
+        "--dataset",
+    ])
+    .arg(&dataset)
+    .arg("--gate")
+    .arg(&floors);
+    let output = run_failing(&mut cmd);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("recall@5") && stderr.contains("fast"),
+        "{stderr}"
+    );
+}
