@@ -570,7 +570,7 @@ impl KnowledgeService for Api {
             .manifest(&collection)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         if manifest.profile.is_none() && manifest.sources.is_empty() {
-            return Err(self.unknown_collection(&collection).into());
+            self.require_collection(&collection)?;
         }
         Ok(Response::new(pb::Manifest {
             collection,
@@ -599,17 +599,7 @@ impl KnowledgeService for Api {
     ) -> Result<Response<pb::DeleteCollectionResponse>, Status> {
         let collection = request.into_inner().collection;
         required("collection", &collection)?;
-        let exists = self
-            .services
-            .host
-            .store
-            .collections()
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .iter()
-            .any(|c| c.name == collection);
-        if !exists {
-            return Err(self.unknown_collection(&collection).into());
-        }
+        self.require_collection(&collection)?;
         self.services
             .host
             .store
@@ -622,19 +612,25 @@ impl KnowledgeService for Api {
 }
 
 impl Api {
-    fn unknown_collection(&self, name: &str) -> ApiError {
+    /// NotFound (listing the known collections) unless `name` exists.
+    fn require_collection(&self, name: &str) -> Result<(), ApiError> {
         let known: Vec<String> = self
             .services
             .host
             .store
             .collections()
-            .map(|all| all.into_iter().map(|c| c.name).collect())
-            .unwrap_or_default();
-        ApiError::NotFound {
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        if known.iter().any(|c| c == name) {
+            return Ok(());
+        }
+        Err(ApiError::NotFound {
             kind: "collection",
             name: name.to_string(),
             hint: format!(" (known collections: {})", known.join(", ")),
-        }
+        })
     }
 
     async fn run_query(
@@ -661,17 +657,7 @@ impl Api {
         } else {
             request.collection
         };
-        let exists = self
-            .services
-            .host
-            .store
-            .collections()
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .iter()
-            .any(|c| c.name == collection);
-        if !exists {
-            return Err(self.unknown_collection(&collection));
-        }
+        self.require_collection(&collection)?;
         let profile = if request.profile.is_empty() {
             self.services.config.rag.profile.clone()
         } else {
