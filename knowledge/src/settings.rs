@@ -162,6 +162,11 @@ pub struct StoreSettings {
     /// HNSW build/search breadth.
     pub hnsw_ef_construction: usize,
     pub hnsw_ef_search: usize,
+    /// Each HNSW graph's recall@10 is measured against the exact scan when it is built; below
+    /// this the collection keeps scanning exactly (0 serves every graph).
+    pub hnsw_min_recall: f64,
+    /// Probe queries for that measurement.
+    pub hnsw_calibration_queries: usize,
     /// Rebuild the HNSW snapshot once this many chunks were added after it.
     pub hnsw_rebuild_after: usize,
     /// Reciprocal Rank Fusion constant for hybrid search.
@@ -174,9 +179,41 @@ impl Default for StoreSettings {
             hnsw_threshold: 20_000,
             hnsw_ef_construction: 100,
             hnsw_ef_search: 100,
+            hnsw_min_recall: 0.98,
+            hnsw_calibration_queries: 200,
             hnsw_rebuild_after: 5_000,
             rrf_k: 60.0,
         }
+    }
+}
+
+impl StoreSettings {
+    /// The first out-of-range value, as (key under `rag.store`, what is wrong).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !(0.0..=1.0).contains(&self.hnsw_min_recall) {
+            return Err((
+                "hnsw_min_recall",
+                format!(
+                    "must be between 0 and 1 (a recall@10), found {}",
+                    self.hnsw_min_recall
+                ),
+            ));
+        }
+        for (key, value) in [
+            ("hnsw_ef_construction", self.hnsw_ef_construction),
+            ("hnsw_ef_search", self.hnsw_ef_search),
+        ] {
+            if value == 0 {
+                return Err((key, "must be at least 1".to_string()));
+            }
+        }
+        if !(self.rrf_k.is_finite() && self.rrf_k > 0.0) {
+            return Err((
+                "rrf_k",
+                format!("must be a positive number, found {}", self.rrf_k),
+            ));
+        }
+        Ok(())
     }
 }
 

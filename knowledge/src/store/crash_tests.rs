@@ -37,7 +37,7 @@ fn settings() -> StoreSettings {
         hnsw_rebuild_after: 150,
         hnsw_ef_construction: 64,
         hnsw_ef_search: 64,
-        rrf_k: 60.0,
+        ..StoreSettings::default()
     }
 }
 

@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 use super::bm25::Bm25Index;
 use super::collection_tree::{CollectionTree, CommitOutcome};
 use super::exact_vectors::normalise;
+use super::hnsw_calibration::Calibration;
 use super::hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
 use super::hybrid::fuse_hybrid;
 use super::index_stamp::IndexStamp;
@@ -145,7 +146,9 @@ impl Collection {
             Ok(None) => {}
             Ok(Some(snapshot)) if vectors.accepts(&snapshot.header(), stamp) => {
                 let snapshot_generation = snapshot.header().stamp.generation;
+                let calibration = snapshot.calibration();
                 vectors.install_snapshot(Arc::new(snapshot));
+                warn_when_recall_falls_short(name, &vectors, &calibration);
                 if snapshot_generation < generation {
                     info!(
                         collection = name,
@@ -209,10 +212,11 @@ impl Collection {
         let header = indexes
             .vectors
             .snapshot_header_for(self.stamp(indexes.generation));
+        let probes = indexes.vectors.calibration_queries();
         let collection = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name(format!("hnsw-{}", self.name))
-            .spawn(move || collection.build_snapshot(ids, rows, header));
+            .spawn(move || collection.build_snapshot(ids, rows, header, probes));
         match spawned {
             Ok(handle) => {
                 indexes.snapshot_build_running = true;
@@ -230,10 +234,16 @@ impl Collection {
 
     /// Body of the build thread: build, persist, install, and chain another build if enough
     /// changed meanwhile.
-    fn build_snapshot(self: Arc<Self>, ids: Vec<Arc<str>>, rows: Vec<f32>, header: SnapshotHeader) {
+    fn build_snapshot(
+        self: Arc<Self>,
+        ids: Vec<Arc<str>>,
+        rows: Vec<f32>,
+        header: SnapshotHeader,
+        probes: usize,
+    ) {
         let started = Instant::now();
         let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            HnswSnapshot::build(&ids, &rows, header)
+            HnswSnapshot::build(&ids, &rows, header, probes)
         }));
         drop(rows);
         let snapshot = match built {
@@ -251,6 +261,8 @@ impl Collection {
                     collection = %self.name,
                     chunks = snapshot.len(),
                     generation = header.stamp.generation,
+                    recall_at_10 = snapshot.calibration().recall_at_10,
+                    probes = snapshot.calibration().queries,
                     duration_ms = started.elapsed().as_millis() as u64,
                     "HNSW snapshot built and saved"
                 ),
@@ -266,7 +278,9 @@ impl Collection {
             return;
         }
         if let Some(snapshot) = snapshot {
+            let calibration = snapshot.calibration();
             indexes.vectors.install_snapshot(Arc::new(snapshot));
+            warn_when_recall_falls_short(&self.name, &indexes.vectors, &calibration);
             self.schedule_snapshot_build(&mut indexes);
         }
     }
@@ -377,6 +391,9 @@ impl EmbeddedStore {
     /// indexes under `<data_dir>/indexes/<collection>/`. Finishes any half-done creation or
     /// drop of a collection, and rebuilds every derived index that lags sled (logged).
     pub fn open(data_dir: &Path, settings: StoreSettings) -> Result<Self, StoreError> {
+        settings
+            .check()
+            .map_err(|(key, reason)| StoreError::InvalidSetting { key, reason })?;
         std::fs::create_dir_all(data_dir).map_err(|e| {
             StoreError::Io(format!(
                 "cannot create the data directory {}: {e}",
@@ -636,6 +653,23 @@ impl EmbeddedStore {
     }
 }
 
+/// Says so when a collection's HNSW graph was measured too inexact to serve.
+fn warn_when_recall_falls_short(
+    collection: &str,
+    vectors: &VectorIndex,
+    calibration: &Calibration,
+) {
+    if !vectors.recall_suffices(calibration) {
+        warn!(
+            collection,
+            recall_at_10 = calibration.recall_at_10,
+            probes = calibration.queries,
+            "vector searches scan exactly: {}",
+            vectors.status().reason
+        );
+    }
+}
+
 /// Snapshot of a collection's derived indexes (tests only).
 #[cfg(test)]
 #[derive(Debug)]
@@ -669,6 +703,7 @@ impl DocumentStore for EmbeddedStore {
                 sources: collection.tree.source_count(),
                 chunks: collection.tree.chunk_count(),
                 profile: Some(collection.profile.clone()),
+                vector_index: read(&collection.indexes).vectors.status(),
             })
             .collect())
     }

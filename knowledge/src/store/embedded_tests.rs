@@ -501,7 +501,7 @@ fn large_collections_search_an_hnsw_snapshot_that_persists_and_tracks_changes() 
         hnsw_rebuild_after: 1_000,
         hnsw_ef_construction: 40,
         hnsw_ef_search: 40,
-        rrf_k: 60.0,
+        ..StoreSettings::default()
     };
     let dims = 16;
     {

@@ -1,9 +1,10 @@
 //! An HNSW graph (instant-distance) over a collection's vectors as of one generation, and its
 //! persisted form `vectors.bin`.
 //!
-//! File format: the magic `ORKHNSW1`, then postcard-encoded [`SnapshotHeader`] and the
-//! `HnswMap` (points are unit vectors, values chunk ids). Written to a temporary file, synced
-//! and renamed into place, so a crash leaves either the old file or the new one.
+//! File format: the magic `ORKHNSW2`, then postcard-encoded [`SnapshotHeader`], the graph's
+//! [`Calibration`] and the `HnswMap` (points are unit vectors, values chunk ids). Written to a
+//! temporary file, synced and renamed into place, so a crash leaves either the old file or the
+//! new one. Files of the first format (`ORKHNSW1`, no calibration) are refused and rebuilt.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -15,9 +16,11 @@ use instant_distance::{Builder, HnswMap, Point, Search};
 use serde::{Deserialize, Serialize};
 
 use super::exact_vectors::dot;
+use super::hnsw_calibration::{Calibration, calibrate};
 use super::index_stamp::IndexStamp;
 
-const MAGIC: &[u8; 8] = b"ORKHNSW1";
+const MAGIC: &[u8; 8] = b"ORKHNSW2";
+const OLDER_MAGIC: &[u8; 8] = b"ORKHNSW1";
 
 /// A normalised vector as an HNSW point: distance is `1 - cosine`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -38,33 +41,54 @@ pub struct SnapshotHeader {
     pub ef_search: usize,
 }
 
-/// An HNSW graph over the vectors of one generation.
+/// An HNSW graph over the vectors of one generation, with its measured recall.
 pub struct HnswSnapshot {
     header: SnapshotHeader,
+    calibration: Calibration,
     map: HnswMap<UnitVector, String>,
     members: HashSet<String>,
 }
 
 impl HnswSnapshot {
-    /// Builds the graph over `rows` (one normalised vector of `header.dimensions` per id).
-    pub fn build(ids: &[Arc<str>], rows: &[f32], header: SnapshotHeader) -> Self {
+    /// Builds the graph over `rows` (one normalised vector of `header.dimensions` per id), then
+    /// measures its recall@10 against the exact scan on `calibration_queries` probes.
+    pub fn build(
+        ids: &[Arc<str>],
+        rows: &[f32],
+        header: SnapshotHeader,
+        calibration_queries: usize,
+    ) -> Self {
         let points: Vec<UnitVector> = rows
             .chunks_exact(header.dimensions.max(1))
             .map(|row| UnitVector(row.to_vec()))
             .collect();
         let values: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        let seed = header.stamp.incarnation ^ header.stamp.generation;
         let map = Builder::default()
             .ef_construction(header.ef_construction)
             .ef_search(header.ef_search)
-            .seed(header.stamp.incarnation ^ header.stamp.generation)
+            .seed(seed)
             .build(points, values);
-        Self::from_parts(header, map)
+        let calibration = calibrate(
+            ids,
+            rows,
+            header.dimensions,
+            calibration_queries,
+            seed,
+            |query| search_map(&map, query),
+        );
+        Self::from_parts(header, calibration, map)
     }
 
-    fn from_parts(header: SnapshotHeader, map: HnswMap<UnitVector, String>) -> Self {
+    fn from_parts(
+        header: SnapshotHeader,
+        calibration: Calibration,
+        map: HnswMap<UnitVector, String>,
+    ) -> Self {
         let members = map.values.iter().cloned().collect();
         Self {
             header,
+            calibration,
             map,
             members,
         }
@@ -72,6 +96,11 @@ impl HnswSnapshot {
 
     pub fn header(&self) -> SnapshotHeader {
         self.header
+    }
+
+    /// The graph's recall as measured when it was built.
+    pub fn calibration(&self) -> Calibration {
+        self.calibration
     }
 
     pub fn len(&self) -> usize {
@@ -90,17 +119,7 @@ impl HnswSnapshot {
     /// The approximate nearest neighbours of a normalised query (at most `ef_search`), nearest
     /// first. They may include chunks deleted since the snapshot: the caller filters them.
     pub fn search(&self, query: &[f32]) -> Vec<&str> {
-        let mut search = Search::default();
-        let point = UnitVector(query.to_vec());
-        let positions: Vec<usize> = self
-            .map
-            .search(&point, &mut search)
-            .map(|item| item.pid.into_inner() as usize)
-            .collect();
-        positions
-            .into_iter()
-            .filter_map(|position| self.map.values.get(position).map(String::as_str))
-            .collect()
+        search_map(&self.map, query)
     }
 
     /// Writes the snapshot to `path` atomically (temporary file, sync, rename).
@@ -111,6 +130,7 @@ impl HnswSnapshot {
             let mut out = BufWriter::new(file);
             out.write_all(MAGIC).map_err(|e| e.to_string())?;
             let out = postcard::to_io(&self.header, out).map_err(|e| e.to_string())?;
+            let out = postcard::to_io(&self.calibration, out).map_err(|e| e.to_string())?;
             let mut out = postcard::to_io(&self.map, out).map_err(|e| e.to_string())?;
             out.flush().map_err(|e| e.to_string())?;
             out.get_ref().sync_all().map_err(|e| e.to_string())
@@ -132,15 +152,37 @@ impl HnswSnapshot {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         };
+        if bytes.starts_with(OLDER_MAGIC) {
+            return Err(format!(
+                "{} is an HNSW snapshot of an older format (without a measured recall)",
+                path.display()
+            ));
+        }
         let body = bytes
             .strip_prefix(MAGIC.as_slice())
             .ok_or_else(|| format!("{} is not an Orkeon HNSW snapshot", path.display()))?;
         let (header, rest): (SnapshotHeader, _) = postcard::take_from_bytes(body)
             .map_err(|e| format!("decoding the header of {}: {e}", path.display()))?;
+        let (calibration, rest): (Calibration, _) = postcard::take_from_bytes(rest)
+            .map_err(|e| format!("decoding the calibration of {}: {e}", path.display()))?;
         let map: HnswMap<UnitVector, String> = postcard::from_bytes(rest)
             .map_err(|e| format!("decoding the graph of {}: {e}", path.display()))?;
-        Ok(Some(Self::from_parts(header, map)))
+        Ok(Some(Self::from_parts(header, calibration, map)))
     }
+}
+
+/// Chunk ids of the graph's nearest points to `query` (at most its `ef_search`), nearest first.
+fn search_map<'m>(map: &'m HnswMap<UnitVector, String>, query: &[f32]) -> Vec<&'m str> {
+    let mut search = Search::default();
+    let point = UnitVector(query.to_vec());
+    let positions: Vec<usize> = map
+        .search(&point, &mut search)
+        .map(|item| item.pid.into_inner() as usize)
+        .collect();
+    positions
+        .into_iter()
+        .filter_map(|position| map.values.get(position).map(String::as_str))
+        .collect()
 }
 
 #[cfg(test)]
@@ -179,8 +221,11 @@ mod tests {
     fn snapshot_finds_each_point_and_survives_a_save_load_round_trip() {
         let set = random_set(500, 16, 1);
         let (ids, rows) = set.copy_all();
-        let snapshot = HnswSnapshot::build(&ids, &rows, header(16, 4));
+        let snapshot = HnswSnapshot::build(&ids, &rows, header(16, 4), 50);
         assert_eq!(snapshot.len(), 500);
+        let calibration = snapshot.calibration();
+        assert_eq!(calibration.queries, 50);
+        assert!(calibration.recall_at_10 > 0.9, "{calibration:?}");
         for id in ["c0", "c123", "c499"] {
             let hits = snapshot.search(set.vector(id).unwrap());
             assert_eq!(hits[0], id);
@@ -193,6 +238,7 @@ mod tests {
         assert!(!path.with_extension("bin.tmp").exists());
         let loaded = HnswSnapshot::load(&path).unwrap().unwrap();
         assert_eq!(loaded.header(), header(16, 4));
+        assert_eq!(loaded.calibration(), calibration);
         assert!(loaded.contains("c42"));
         let query = set.vector("c42").unwrap();
         assert_eq!(loaded.search(query), snapshot.search(query));
@@ -211,7 +257,7 @@ mod tests {
         );
         let set = random_set(50, 4, 2);
         let (ids, rows) = set.copy_all();
-        HnswSnapshot::build(&ids, &rows, header(4, 1))
+        HnswSnapshot::build(&ids, &rows, header(4, 1), 10)
             .save(&path)
             .unwrap();
         let bytes = std::fs::read(&path).unwrap();
@@ -221,6 +267,15 @@ mod tests {
                 .err()
                 .unwrap()
                 .contains("decoding")
+        );
+        let mut older = OLDER_MAGIC.to_vec();
+        older.extend_from_slice(&bytes[MAGIC.len()..]);
+        std::fs::write(&path, older).unwrap();
+        assert!(
+            HnswSnapshot::load(&path)
+                .err()
+                .unwrap()
+                .contains("older format")
         );
     }
 }

@@ -13,6 +13,7 @@ mod collection_tree;
 mod crash_tests;
 mod embedded;
 mod exact_vectors;
+mod hnsw_calibration;
 mod hnsw_snapshot;
 mod hybrid;
 mod index_stamp;
@@ -82,6 +83,9 @@ pub enum StoreError {
     InvalidRequest { collection: String, reason: String },
     #[error("store I/O failed: {0}")]
     Io(String),
+    /// A `rag.store` setting out of range.
+    #[error("rag.store.{key}: {reason}")]
+    InvalidSetting { key: &'static str, reason: String },
     #[error("store data is corrupt: {0}")]
     Corrupt(String),
 }
@@ -103,6 +107,19 @@ pub struct CollectionInfo {
     pub sources: usize,
     pub chunks: usize,
     pub profile: Option<EmbeddingProfile>,
+    /// Which index answers its vector searches.
+    pub vector_index: VectorIndexStatus,
+}
+
+/// Which index answers a collection's vector searches, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorIndexStatus {
+    /// `hnsw` or `exact`.
+    pub serving: String,
+    /// Why, in a few words.
+    pub reason: String,
+    /// The current HNSW graph's recall@10 against the exact scan, measured when it was built.
+    pub hnsw_recall_at_10: Option<f64>,
 }
 
 /// A search over one collection.
