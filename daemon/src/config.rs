@@ -147,9 +147,20 @@ impl Config {
             })
             .split("__");
         figment = figment.merge(env).merge(Serialized::defaults(cli.clone()));
-        figment
+        let config: Config = figment
             .extract()
-            .map_err(|e| ConfigError::Invalid(describe(e)))
+            .map_err(|e| ConfigError::Invalid(describe(e)))?;
+        if let Err((key, reason)) = config.rag.store.check() {
+            let path = format!("rag.store.{key}");
+            let source = figment
+                .find_metadata(&path)
+                .map(|meta| source_of(meta, &path))
+                .unwrap_or_default();
+            return Err(ConfigError::Invalid(format!(
+                "{reason} (key `{path}`){source}"
+            )));
+        }
+        Ok(config)
     }
 
     /// The effective configuration as JSON with secrets redacted.
@@ -170,24 +181,29 @@ fn describe(error: figment::Error) -> String {
             } else {
                 format!(" (key `{}`)", e.path.join("."))
             };
-            let source = match &e.metadata {
-                Some(meta) if meta.name.contains("environment") && !e.path.is_empty() => {
-                    let var = e.path.join("__").to_ascii_uppercase();
-                    format!(" in environment variable ORKEON_{var}")
-                }
-                Some(meta) => match &meta.source {
-                    Some(figment::Source::File(path)) => {
-                        format!(" in {} {}", meta.name, path.display())
-                    }
-                    Some(src) => format!(" in {} {src}", meta.name),
-                    None => format!(" in {}", meta.name),
-                },
-                None => String::new(),
-            };
+            let source = e
+                .metadata
+                .as_ref()
+                .map(|meta| source_of(meta, &e.path.join(".")))
+                .unwrap_or_default();
             format!("{}{key}{source}", e.kind)
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// Where the value of `key` (dotted; empty when unknown) came from: " in environment variable
+/// ORKEON_RAG__STORE__RRF_K", " in YAML file config/orkeon.yaml", ...
+fn source_of(meta: &figment::Metadata, key: &str) -> String {
+    if meta.name.contains("environment") && !key.is_empty() {
+        let var = key.replace('.', "__").to_ascii_uppercase();
+        return format!(" in environment variable ORKEON_{var}");
+    }
+    match &meta.source {
+        Some(figment::Source::File(path)) => format!(" in {} {}", meta.name, path.display()),
+        Some(src) => format!(" in {} {src}", meta.name),
+        None => format!(" in {}", meta.name),
+    }
 }
 
 /// Replaces values of secret-looking keys (never the `*_env` variable names) with `***`.
@@ -265,6 +281,27 @@ mod tests {
                 .to_string();
             assert!(err.contains("embeddings.batch_size"), "{err}");
             assert!(err.contains("ORKEON_EMBEDDINGS__BATCH_SIZE"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn out_of_range_store_values_name_the_key_and_the_source() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("custom.yaml", "rag:\n  store:\n    hnsw_min_recall: 1.5\n")?;
+            let err = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
+                .expect_err("a recall above 1 is an error")
+                .to_string();
+            assert!(err.contains("rag.store.hnsw_min_recall"), "{err}");
+            assert!(err.contains("between 0 and 1"), "{err}");
+            assert!(err.contains("custom.yaml"), "{err}");
+
+            jail.set_env("ORKEON_RAG__STORE__HNSW_EF_SEARCH", "0");
+            let err = Config::load(None, &CliOverrides::default())
+                .expect_err("ef_search 0 is an error")
+                .to_string();
+            assert!(err.contains("rag.store.hnsw_ef_search"), "{err}");
+            assert!(err.contains("ORKEON_RAG__STORE__HNSW_EF_SEARCH"), "{err}");
             Ok(())
         });
     }
