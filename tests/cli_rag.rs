@@ -110,6 +110,13 @@ fn ingest_is_incremental_and_search_cites_sources() {
     cmd.args(["--json", "rag", "collections"]);
     let collections = run_json(&mut cmd);
     assert_eq!(collections[0]["name"], "kb");
+    assert_eq!(collections[0]["vector_index"]["serving"], "exact");
+    assert!(
+        collections[0]["vector_index"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("below hnsw_threshold")),
+        "{collections}"
+    );
 }
 
 #[test]

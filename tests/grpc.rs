@@ -264,6 +264,25 @@ async fn kickoff_stream_resume_errors_concurrency_health_and_reflection() {
         assert!(!answer.citations.is_empty());
     }
 
+    // The collection the kickoff ingested, with the index that serves its vector searches.
+    let listed = knowledge
+        .list_collections(pb::ListCollectionsRequest {})
+        .await
+        .expect("list collections")
+        .into_inner();
+    let kb = listed
+        .collections
+        .iter()
+        .find(|c| c.name == "product-kb")
+        .expect("product-kb listed");
+    assert!(kb.chunks > 0, "{kb:?}");
+    assert_eq!(kb.vector_index, "exact", "{kb:?}");
+    assert!(
+        kb.vector_index_reason.contains("below hnsw_threshold"),
+        "{kb:?}"
+    );
+    assert_eq!(kb.hnsw_recall_at_10, None, "no graph below the threshold");
+
     // Health and reflection.
     let channel = tonic::transport::Channel::from_shared(url.clone())
         .expect("url")

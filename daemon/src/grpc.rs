@@ -552,6 +552,9 @@ impl KnowledgeService for Api {
                 sources: c.sources as u64,
                 chunks: c.chunks as u64,
                 embedding_profile: c.profile.map(|p| p.to_string()).unwrap_or_default(),
+                vector_index: c.vector_index.serving,
+                vector_index_reason: c.vector_index.reason,
+                hnsw_recall_at_10: c.vector_index.hnsw_recall_at_10,
             })
             .collect();
         Ok(Response::new(pb::ListCollectionsResponse { collections }))

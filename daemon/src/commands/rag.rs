@@ -146,12 +146,15 @@ async fn run_other(command: RagCommand, config: &Config, out: &Output) -> anyhow
                 return Ok(());
             }
             println!(
-                "{:<24} {:>8} {:>8}  profile",
-                "collection", "sources", "chunks"
+                "{:<24} {:>8} {:>8}  {:<38} vector index",
+                "collection", "sources", "chunks", "profile"
             );
             for c in collections {
                 let profile = c.profile.map(|p| p.to_string()).unwrap_or_default();
-                println!("{:<24} {:>8} {:>8}  {profile}", c.name, c.sources, c.chunks);
+                println!(
+                    "{:<24} {:>8} {:>8}  {profile:<38} {} ({})",
+                    c.name, c.sources, c.chunks, c.vector_index.serving, c.vector_index.reason
+                );
             }
             Ok(())
         }
@@ -481,7 +484,16 @@ pub async fn run_remote(
             let value: Vec<_> = list
                 .collections
                 .iter()
-                .map(|c| json!({"name": c.name, "sources": c.sources, "chunks": c.chunks, "profile": c.embedding_profile}))
+                .map(|c| {
+                    json!({
+                        "name": c.name, "sources": c.sources, "chunks": c.chunks,
+                        "profile": c.embedding_profile,
+                        "vector_index": {
+                            "serving": c.vector_index, "reason": c.vector_index_reason,
+                            "hnsw_recall_at_10": c.hnsw_recall_at_10,
+                        },
+                    })
+                })
                 .collect();
             out.print_json(&value)
         }
