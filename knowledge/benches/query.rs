@@ -38,7 +38,7 @@ use orkeon_knowledge::query::{
 };
 use orkeon_knowledge::settings::{ChunkingSettings, EmbeddingSettings, RagSettings, StoreSettings};
 use orkeon_knowledge::store::{
-    DocumentStore, EmbeddedStore, SearchMode, SearchRequest, SourceRecord,
+    DocumentStore, EmbeddedStore, SearchMode, SearchRequest, SourceRecord, VectorIndexStatus,
 };
 use orkeon_knowledge::types::{EmbeddingProfile, Metadata, StoredChunk};
 
@@ -688,17 +688,26 @@ fn hybrid_leg_depth(k: usize) -> usize {
     (k * 4).max(20)
 }
 
-/// Which vector index serves a variant's searches, by the store's rule (`VectorIndex::search`):
-/// the HNSW snapshot when the collection is at or above `hnsw_threshold` and the vector depth
-/// is at most `hnsw_ef_search`, else an exact scan of every live vector.
-fn vector_leg(config: &Value, chunks: usize, settings: &StoreSettings) -> Value {
+/// Which vector index serves a variant's searches, by the store's rule: when its HNSW graph
+/// serves the collection (`status`), a hybrid search's vector leg is capped at
+/// `max(hnsw_ef_search, k)` (`store/embedded.rs`) and a vector search at most `hnsw_ef_search`
+/// deep reads the graph; anything deeper, or a collection without a serving graph, scans
+/// exactly.
+fn vector_leg(config: &Value, status: &VectorIndexStatus, settings: &StoreSettings) -> Value {
     let candidate_k = config["candidate_k"].as_u64().unwrap_or(0) as usize;
+    let graph = status.serving == "hnsw";
+    let ef_search = settings.hnsw_ef_search;
     let depth = if config["hybrid"] == true {
-        hybrid_leg_depth(candidate_k)
+        let depth = hybrid_leg_depth(candidate_k);
+        if graph {
+            depth.min(ef_search.max(candidate_k))
+        } else {
+            depth
+        }
     } else {
         candidate_k
     };
-    let hnsw = chunks >= settings.hnsw_threshold && depth <= settings.hnsw_ef_search;
+    let hnsw = graph && depth <= ef_search;
     json!({"depth": depth, "index": if hnsw { "hnsw" } else { "exact" }})
 }
 
@@ -1015,6 +1024,16 @@ fn main() -> BenchResult<()> {
     let mut rerank_stage_p50: BTreeMap<(usize, String), (f64, Value)> = BTreeMap::new();
     for &size in &sizes {
         let collection = format!("bench-{size}");
+        let status = store
+            .collections()?
+            .into_iter()
+            .find(|c| c.name == collection)
+            .map(|c| c.vector_index)
+            .ok_or_else(|| format!("collection {collection} is missing"))?;
+        eprintln!(
+            "{collection}: vector searches served by {} ({}), graph recall@10 {:?}",
+            status.serving, status.reason, status.hnsw_recall_at_10
+        );
         let breakdown =
             runtime.block_on(search_breakdown(&store, &embedder, &collection, &queries))?;
         let mut profiles = serde_json::Map::new();
@@ -1045,7 +1064,7 @@ fn main() -> BenchResult<()> {
                     (p50(stage), variant.config["candidate_k"].clone()),
                 );
             }
-            let leg = vector_leg(&variant.config, size, &store_settings);
+            let leg = vector_leg(&variant.config, &status, &store_settings);
             if HYBRID_NO_RERANK
                 .iter()
                 .any(|(name, _)| *name == variant.label)
@@ -1065,14 +1084,13 @@ fn main() -> BenchResult<()> {
             profiles.insert(variant.label.clone(), measured);
         }
         let outcome = populated.get(&size);
-        let uses_hnsw = size >= store_settings.hnsw_threshold;
         size_reports.push(json!({
             "chunks": size,
             "collection": collection,
-            "vector_index": if uses_hnsw { "hnsw snapshot (for searches at most hnsw_ef_search deep)" } else { "exact" },
+            "vector_index": status,
             "vector_index_rule": format!(
-                "the store searches its HNSW snapshot when the collection holds at least hnsw_threshold = {} chunks and the vector search asks for at most hnsw_ef_search = {} results, else it scans every vector exactly; each variant's vector_leg says which served it (a hybrid search reads max(4k, 20) vectors)",
-                store_settings.hnsw_threshold, store_settings.hnsw_ef_search
+                "the store searches its HNSW snapshot when the collection holds at least hnsw_threshold = {} chunks and the graph's recall@10, measured against the exact scan when it was built, is at least hnsw_min_recall = {}; a vector search at most hnsw_ef_search = {} deep reads the graph, a deeper one scans every vector; a hybrid search reads max(4k, 20) vectors, capped at max(hnsw_ef_search, k) when the graph serves; each variant's vector_leg says which served it",
+                store_settings.hnsw_threshold, store_settings.hnsw_min_recall, store_settings.hnsw_ef_search
             ),
             "hnsw_snapshot_on_disk": snapshot_file(&data, &collection).is_file(),
             "populate_s": outcome.map(|o| round3(o.seconds)),
