@@ -39,6 +39,7 @@ use orkeon_knowledge::query::{
 use orkeon_knowledge::settings::{ChunkingSettings, EmbeddingSettings, RagSettings, StoreSettings};
 use orkeon_knowledge::store::{
     DocumentStore, EmbeddedStore, SearchMode, SearchRequest, SourceRecord, VectorIndexStatus,
+    hybrid_depths,
 };
 use orkeon_knowledge::types::{EmbeddingProfile, Metadata, StoredChunk};
 
@@ -682,32 +683,19 @@ const HYBRID_NO_RERANK: &[(&str, Option<usize>)] = &[
     ("hybrid_no_rerank_k25", Some(25)),
 ];
 
-/// How deep the store's hybrid search reads each leg (mirrors `HYBRID_DEPTH_FACTOR` and
-/// `HYBRID_MIN_DEPTH` in `store/embedded.rs`).
-fn hybrid_leg_depth(k: usize) -> usize {
-    (k * 4).max(20)
-}
-
 /// Which vector index serves a variant's searches, by the store's rule: when its HNSW graph
-/// serves the collection (`status`), a hybrid search's vector leg is capped at
-/// `max(hnsw_ef_search, k)` (`store/embedded.rs`) and a vector search at most `hnsw_ef_search`
-/// deep reads the graph; anything deeper, or a collection without a serving graph, scans
-/// exactly.
+/// serves the collection (`status`), a vector search at most `hnsw_ef_search` deep reads the
+/// graph (a hybrid search's vector leg is capped to stay within it: `hybrid_depths`); anything
+/// deeper, or a collection without a serving graph, scans exactly.
 fn vector_leg(config: &Value, status: &VectorIndexStatus, settings: &StoreSettings) -> Value {
     let candidate_k = config["candidate_k"].as_u64().unwrap_or(0) as usize;
-    let graph = status.serving == "hnsw";
-    let ef_search = settings.hnsw_ef_search;
+    let graph_ef_search = (status.serving == "hnsw").then_some(settings.hnsw_ef_search);
     let depth = if config["hybrid"] == true {
-        let depth = hybrid_leg_depth(candidate_k);
-        if graph {
-            depth.min(ef_search.max(candidate_k))
-        } else {
-            depth
-        }
+        hybrid_depths(candidate_k, graph_ef_search).0
     } else {
         candidate_k
     };
-    let hnsw = graph && depth <= ef_search;
+    let hnsw = graph_ef_search.is_some_and(|ef_search| depth <= ef_search);
     json!({"depth": depth, "index": if hnsw { "hnsw" } else { "exact" }})
 }
 

@@ -29,7 +29,7 @@ use super::collection_tree::{CollectionTree, CommitOutcome};
 use super::exact_vectors::normalise;
 use super::hnsw_calibration::Calibration;
 use super::hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
-use super::hybrid::fuse_hybrid;
+use super::hybrid::{fuse_hybrid, hybrid_depths};
 use super::index_stamp::IndexStamp;
 use super::layout::collection_tree_name;
 use super::vector_index::VectorIndex;
@@ -43,9 +43,6 @@ const REGISTRY_TREE: &str = "collections";
 const TREE_PREFIX: &str = "col/";
 const BM25_DIR: &str = "bm25";
 const SNAPSHOT_FILE: &str = "vectors.bin";
-/// Hybrid search fetches this many times `k` candidates from each side before fusing.
-const HYBRID_DEPTH_FACTOR: usize = 4;
-const HYBRID_MIN_DEPTH: usize = 20;
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(PoisonError::into_inner)
@@ -934,13 +931,7 @@ impl DocumentStore for EmbeddedStore {
                 handle.resolve_hits(hits, ScoreOrigin::Vector)
             }
             (SearchMode::Hybrid, Some(query)) => {
-                let depth = k.saturating_mul(HYBRID_DEPTH_FACTOR).max(HYBRID_MIN_DEPTH);
-                // The vector leg stays within the HNSW graph's reach when one serves the
-                // collection (a deeper leg would fall back to an exact scan of every vector).
-                let vector_depth = match indexes.vectors.approximate_depth() {
-                    Some(ef_search) => depth.min(ef_search.max(k)),
-                    None => depth,
-                };
+                let (vector_depth, depth) = hybrid_depths(k, indexes.vectors.approximate_depth());
                 let vector_hits = handle.resolve_hits(
                     indexes.vectors.search(&query, vector_depth),
                     ScoreOrigin::Vector,

@@ -9,13 +9,14 @@
 //! displaced probe scored 0.55 (and tracked random queries within 0.01 at ef 50, 100 and 200).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::exact_vectors::{dot, normalise};
+use super::exact_vectors::{dot, normalise, top_k};
 
 /// Neighbours per probe query.
 const K: usize = 10;
@@ -37,7 +38,7 @@ pub struct Calibration {
 /// scan of `rows` (one normalised vector of `dimensions` per entry of `ids`) on up to `queries`
 /// probe queries. Deterministic for a given `seed`.
 pub fn calibrate<'a>(
-    ids: &[impl AsRef<str>],
+    ids: &[Arc<str>],
     rows: &[f32],
     dimensions: usize,
     queries: usize,
@@ -70,20 +71,19 @@ pub fn calibrate<'a>(
     let median = distances[distances.len() / 2].max(0.0);
 
     let probes = queries.min(count);
-    let mut scores: Vec<(f32, usize)> = Vec::with_capacity(count);
     let mut found = 0usize;
     for i in sample(&mut rng, count, probes) {
         let query = displaced(row(i), median, &mut rng);
-        scores.clear();
-        scores.extend((0..count).map(|j| (dot(&query, row(j)), j)));
-        let exact: HashSet<&str> = best(&mut scores, k)
+        let scored = ids
             .iter()
-            .map(|&(_, j)| ids[j].as_ref())
+            .enumerate()
+            .map(|(j, id)| (id.clone(), dot(&query, row(j))))
             .collect();
+        let exact: HashSet<Arc<str>> = top_k(scored, k).into_iter().map(|(id, _)| id).collect();
         found += search(&query)
             .into_iter()
             .take(k)
-            .filter(|id| exact.contains(id))
+            .filter(|id| exact.contains(*id))
             .count();
     }
     Calibration {
@@ -119,19 +119,11 @@ fn displaced(vector: &[f32], distance: f32, rng: &mut StdRng) -> Vec<f32> {
     query
 }
 
-/// The `k` highest-scoring entries of `scores`, in no particular order.
-fn best(scores: &mut [(f32, usize)], k: usize) -> &[(f32, usize)] {
-    if k < scores.len() {
-        scores.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
-    }
-    &scores[..k.min(scores.len())]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn random_rows(count: usize, dimensions: usize, seed: u64) -> (Vec<String>, Vec<f32>) {
+    fn random_rows(count: usize, dimensions: usize, seed: u64) -> (Vec<Arc<str>>, Vec<f32>) {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut rows = Vec::with_capacity(count * dimensions);
         for _ in 0..count {
@@ -141,12 +133,12 @@ mod tests {
             normalise(&mut v);
             rows.extend(v);
         }
-        ((0..count).map(|i| format!("c{i}")).collect(), rows)
+        ((0..count).map(|i| format!("c{i}").into()).collect(), rows)
     }
 
     /// An exact search ranked by the same scores as the calibration's own scan.
     fn exact_search<'a>(
-        ids: &'a [String],
+        ids: &'a [Arc<str>],
         rows: &'a [f32],
         dims: usize,
         q: &[f32],
@@ -156,8 +148,8 @@ mod tests {
             .enumerate()
             .map(|(j, r)| (dot(q, r), j))
             .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        scored.iter().map(|&(_, j)| ids[j].as_str()).collect()
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| ids[a.1].cmp(&ids[b.1])));
+        scored.iter().map(|&(_, j)| ids[j].as_ref()).collect()
     }
 
     #[test]
@@ -172,7 +164,7 @@ mod tests {
         assert!(perfect.median_neighbour_distance > 0.0);
 
         // Always the same ten ids: only chance overlaps with the true neighbours.
-        let fixed: Vec<&str> = ids[..10].iter().map(String::as_str).collect();
+        let fixed: Vec<&str> = ids[..10].iter().map(AsRef::as_ref).collect();
         let blind = calibrate(&ids, &rows, dims, 50, 7, |_| fixed.clone());
         assert!(blind.recall_at_10 < 0.2, "{blind:?}");
     }

@@ -7,6 +7,22 @@ use std::collections::HashMap;
 
 use crate::types::{ScoreOrigin, ScoredChunk};
 
+/// Hybrid search fetches this many times `k` candidates from each side before fusing.
+const HYBRID_DEPTH_FACTOR: usize = 4;
+const HYBRID_MIN_DEPTH: usize = 20;
+
+/// How deep a hybrid search for `k` results reads each leg, as (vector, BM25). The vector leg
+/// stays within the HNSW graph's reach (`graph_ef_search`, when a graph serves the collection):
+/// a deeper leg would fall back to an exact scan of every vector.
+pub fn hybrid_depths(k: usize, graph_ef_search: Option<usize>) -> (usize, usize) {
+    let depth = k.saturating_mul(HYBRID_DEPTH_FACTOR).max(HYBRID_MIN_DEPTH);
+    let vector_depth = match graph_ef_search {
+        Some(ef_search) => depth.min(ef_search.max(k)),
+        None => depth,
+    };
+    (vector_depth, depth)
+}
+
 /// Fuses rankings (each best first; an id repeated within one ranking counts at its best rank)
 /// into the `limit` best `(id, score)` pairs. The result does not depend on the order of the
 /// rankings: per id, contributions are summed in rank order, and ties break by id.

@@ -21,7 +21,7 @@ mod layout;
 mod vector_index;
 
 pub use embedded::{EmbeddedStore, validate_collection_name};
-pub use hybrid::reciprocal_rank_fusion;
+pub use hybrid::{hybrid_depths, reciprocal_rank_fusion};
 
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
 
