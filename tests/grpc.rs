@@ -234,7 +234,7 @@ async fn kickoff_stream_resume_errors_concurrency_health_and_reflection() {
             collection: "product-kb".into(),
             query: "x".into(),
             profile: "fastest".into(),
-            top_n: 0,
+            ..Default::default()
         })
         .await
         .expect_err("unknown profile");
@@ -249,8 +249,8 @@ async fn kickoff_stream_resume_errors_concurrency_health_and_reflection() {
             let request = pb::QueryRequest {
                 collection: "product-kb".into(),
                 query: format!("How long is the warranty? ({i})"),
-                profile: String::new(),
                 top_n: 3,
+                ..Default::default()
             };
             if i % 2 == 0 {
                 k.query(request).await

@@ -202,7 +202,9 @@ mod tests {
     use std::collections::BTreeSet;
     use std::sync::Mutex;
 
-    use orkeon_crews::ports::{AgentProfile, CollectionRequest, CollectionStatus, KnowledgeError};
+    use orkeon_crews::ports::{
+        AgentProfile, CollectionRequest, CollectionState, CollectionStatus, KnowledgeError,
+    };
     use serde_json::json;
 
     use super::*;
@@ -252,7 +254,7 @@ mod tests {
                 .iter()
                 .map(|c| CollectionStatus {
                     name: c.name.clone(),
-                    state: "ready".into(),
+                    state: CollectionState::Ready,
                     report: json!({"sources": c.sources.len()}),
                     reason: None,
                 })
@@ -273,10 +275,10 @@ mod tests {
                 max_passages,
             ));
             if !collections.contains(&self.collection) {
-                return Err(KnowledgeError(format!(
-                    "unknown collection(s) {collections:?}; known: {}",
-                    self.collection
-                )));
+                return Err(KnowledgeError::Retrieval {
+                    collection: collections.join(","),
+                    source: format!("unknown collection; known: {}", self.collection).into(),
+                });
             }
             let query_words = words(query);
             let mut ranked: Vec<(usize, usize)> = self

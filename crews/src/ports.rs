@@ -169,22 +169,74 @@ pub struct CollectionRequest {
     pub chunking: Option<serde_json::Value>,
 }
 
+/// Where a bootstrapped collection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectionState {
+    /// Ingested and holding chunks.
+    Ready,
+    /// Ingested, but nothing searchable came out of it (no file matched, all quarantined).
+    Empty,
+    /// Ingestion failed.
+    Failed,
+}
+
+impl CollectionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CollectionState::Ready => "ready",
+            CollectionState::Empty => "empty",
+            CollectionState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for CollectionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Outcome of bootstrapping one collection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollectionStatus {
     pub name: String,
-    /// `ready`, `empty` or `failed`.
-    pub state: String,
+    pub state: CollectionState,
     /// The ingestion report as JSON (counts, quarantined sources, duration).
     pub report: serde_json::Value,
     /// Why the collection is empty or failed.
     pub reason: Option<String>,
 }
 
+/// A library error carried across the port with its chain intact.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why a knowledge call failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct KnowledgeError(pub String);
+pub enum KnowledgeError {
+    /// The configured profile is unknown or cannot serve crews.
+    #[error("knowledge profile '{profile}' cannot be used: {source}")]
+    Profile {
+        profile: String,
+        #[source]
+        source: BoxError,
+    },
+    /// The profile cannot stop before generation, so it cannot fill a context block.
+    #[error(
+        "profile '{profile}' cannot retrieve without generation; choose fast, balanced or quality for crews"
+    )]
+    RetrievalOnlyUnsupported { profile: String },
+    /// Retrieval from one collection failed.
+    #[error("retrieval from '{collection}' failed: {source}")]
+    Retrieval {
+        collection: String,
+        #[source]
+        source: BoxError,
+    },
+    /// The service that performs retrievals is not answering (stopped, crashed, overloaded).
+    #[error("the knowledge service is unavailable: {0}")]
+    Unavailable(String),
+}
 
 /// Knowledge for crews: kickoff-time ingestion of `rag:` collections, and retrieval-only
 /// augmentation of agent prompts.

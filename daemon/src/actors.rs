@@ -16,7 +16,16 @@ use orkeon_crews::ports::{
     CollectionRequest, CollectionStatus, KnowledgeBlock, KnowledgeError, KnowledgeService,
     TaskAssignment, TaskError, TaskOutput, TaskRunner,
 };
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+
+/// An actor could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start {what}: {source}")]
+pub struct SpawnError {
+    what: String,
+    #[source]
+    source: SpawnErr,
+}
 
 // ------------------------------------------------------------------------------------------
 // AgentActor
@@ -26,7 +35,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 pub enum AgentMsg {
     RunTask(
         Box<TaskAssignment>,
-        RpcReplyPort<Result<TaskOutput, String>>,
+        RpcReplyPort<Result<TaskOutput, TaskError>>,
     ),
 }
 
@@ -54,10 +63,7 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             AgentMsg::RunTask(assignment, reply) => {
-                let result = runner
-                    .run_task(*assignment)
-                    .await
-                    .map_err(|e| e.to_string());
+                let result = runner.run_task(*assignment).await;
                 // The caller may have gone (cancelled run): nothing to do then.
                 let _ = reply.send(result);
             }
@@ -78,7 +84,7 @@ impl AgentPool {
         run_id: &str,
         agents: impl IntoIterator<Item = String>,
         runner: Arc<dyn TaskRunner>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SpawnError> {
         let mut pool = Self {
             agents: HashMap::new(),
             handles: Vec::new(),
@@ -87,7 +93,10 @@ impl AgentPool {
             let name = format!("run:{run_id}:agent:{agent}");
             let (actor, handle) = Actor::spawn(Some(name), AgentActor, runner.clone())
                 .await
-                .map_err(|e| format!("cannot start agent '{agent}': {e}"))?;
+                .map_err(|source| SpawnError {
+                    what: format!("agent '{agent}'"),
+                    source,
+                })?;
             pool.agents.insert(agent, actor);
             pool.handles.push(handle);
         }
@@ -117,7 +126,7 @@ impl TaskRunner for AgentPool {
             .call(|reply| AgentMsg::RunTask(Box::new(assignment), reply), None)
             .await
         {
-            Ok(ractor::rpc::CallResult::Success(result)) => result.map_err(TaskError::Other),
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
             Ok(_) => Err(TaskError::Other(format!("agent '{agent}' did not answer"))),
             Err(e) => Err(TaskError::Other(format!(
                 "agent '{agent}' is unavailable: {e}"
@@ -136,7 +145,7 @@ pub enum AugmenterMsg {
         collections: Vec<String>,
         query: String,
         max_passages: usize,
-        reply: RpcReplyPort<Result<KnowledgeBlock, String>>,
+        reply: RpcReplyPort<Result<KnowledgeBlock, KnowledgeError>>,
     },
 }
 
@@ -169,10 +178,7 @@ impl Actor for Augmenter {
                 max_passages,
                 reply,
             } => {
-                let result = knowledge
-                    .augment(&collections, &query, max_passages)
-                    .await
-                    .map_err(|e| e.to_string());
+                let result = knowledge.augment(&collections, &query, max_passages).await;
                 let _ = reply.send(result);
             }
         }
@@ -190,11 +196,14 @@ pub struct AugmenterHandle {
 impl AugmenterHandle {
     pub async fn spawn(
         knowledge: Arc<dyn KnowledgeService>,
-    ) -> Result<(Self, tokio::task::JoinHandle<()>), String> {
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), SpawnError> {
         let (augmenter, handle) =
             Actor::spawn(Some("augmenter".into()), Augmenter, knowledge.clone())
                 .await
-                .map_err(|e| format!("cannot start the augmenter: {e}"))?;
+                .map_err(|source| SpawnError {
+                    what: "the augmenter".into(),
+                    source,
+                })?;
         Ok((
             Self {
                 augmenter,
@@ -237,9 +246,13 @@ impl KnowledgeService for AugmenterHandle {
             )
             .await;
         match call {
-            Ok(ractor::rpc::CallResult::Success(result)) => result.map_err(KnowledgeError),
-            Ok(_) => Err(KnowledgeError("the augmenter did not answer".into())),
-            Err(e) => Err(KnowledgeError(format!("the augmenter is unavailable: {e}"))),
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            Ok(_) => Err(KnowledgeError::Unavailable(
+                "the augmenter did not answer".into(),
+            )),
+            Err(e) => Err(KnowledgeError::Unavailable(format!(
+                "the augmenter is unavailable: {e}"
+            ))),
         }
     }
 }

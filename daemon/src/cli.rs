@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::client::{self, Connection};
+use crate::client::{Connection, RemoteCrews};
 use crate::commands::crew::{self as crew_cmd, parse_input};
 use crate::commands::{models, rag};
 use crate::config::{CliOverrides, Config, LogSettings, ServerOverrides};
 use crate::output::Output;
+use crate::service::KickoffParams;
 
 /// Crew orchestration daemon with built-in retrieval-augmented knowledge.
 #[derive(Debug, Parser)]
@@ -166,38 +167,38 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::Daemon { .. } => crate::commands::daemon::run(config).await.map(|()| true),
-        Command::Rag { server, command } => match server {
-            Some(url) => rag::run_remote(command, &Connection::new(Some(url), &config), &out)
-                .await
-                .map(|()| true),
-            None => rag::run(command, &config, &out).await,
-        },
+        Command::Rag { server, command } => rag::run(command, server, config, &out).await,
         Command::Models { command } => models::run(command, &config, &out).await.map(|()| true),
         Command::Crew { server, command } => {
-            let conn = Connection::new(server, &config);
+            let api = RemoteCrews::new(Connection::new(server, &config));
             match command {
                 CrewCommand::Check { file } => crew_cmd::check(file, &out).await,
                 CrewCommand::Run { file, inputs } => {
                     crew_cmd::run(file, inputs, config, &out).await
                 }
-                CrewCommand::List => client::list_crews(&conn, &out).await.map(|()| true),
-                CrewCommand::Get { name } => {
-                    client::get_crew(&conn, name, &out).await.map(|()| true)
-                }
+                CrewCommand::List => crew_cmd::list(&api, &out).await.map(|()| true),
+                CrewCommand::Get { name } => crew_cmd::get(&api, &name, &out).await.map(|()| true),
                 CrewCommand::Kickoff {
                     name,
                     inputs,
                     wait,
                     idempotency_key,
-                } => client::kickoff(&conn, name, inputs, idempotency_key, wait, &out).await,
-                CrewCommand::Watch { run, after } => client::watch(&conn, run, after, &out).await,
+                } => {
+                    let params = KickoffParams {
+                        crew: name,
+                        inputs: inputs.into_iter().collect(),
+                        idempotency_key,
+                    };
+                    crew_cmd::kickoff(&api, params, wait, &out).await
+                }
+                CrewCommand::Watch { run, after } => crew_cmd::watch(&api, &run, after, &out).await,
                 CrewCommand::Runs { limit, page_token } => {
-                    client::runs(&conn, limit, page_token, &out)
+                    crew_cmd::runs(&api, limit as usize, page_token, &out)
                         .await
                         .map(|()| true)
                 }
                 CrewCommand::Cancel { run } => {
-                    client::cancel(&conn, run, &out).await.map(|()| true)
+                    crew_cmd::cancel(&api, &run, &out).await.map(|()| true)
                 }
             }
         }
@@ -205,7 +206,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
 }
 
 /// Structured logs on stderr. The daemon logs at the configured level; other commands only
-/// warnings unless `RUST_LOG` says otherwise.
+/// warnings unless `RUST_LOG` says otherwise. ONNX Runtime's own log (hundreds of INFO lines
+/// per model load) stays at WARN unless `RUST_LOG` asks for more.
 fn init_logging(settings: &LogSettings, daemon: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if daemon {
@@ -214,7 +216,7 @@ fn init_logging(settings: &LogSettings, daemon: bool) {
         "warn"
     };
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(default))
+        .or_else(|_| EnvFilter::try_new(default_filter(default)))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -224,4 +226,30 @@ fn init_logging(settings: &LogSettings, daemon: bool) {
     } else {
         builder.try_init()
     };
+}
+
+/// The filter used when `RUST_LOG` is unset: the level, with ONNX Runtime capped at WARN.
+fn default_filter(level: &str) -> String {
+    format!("{level},ort=warn")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn onnx_runtime_logs_stay_at_warn_by_default() {
+        use tracing::Level;
+        use tracing_subscriber::layer::SubscriberExt;
+        let filter =
+            tracing_subscriber::EnvFilter::try_new(default_filter("info")).expect("filter");
+        let subscriber = tracing_subscriber::registry().with(filter);
+        tracing::subscriber::with_default(subscriber, || {
+            let ort_info = tracing::event_enabled!(target: "ort::logging", Level::INFO);
+            let ort_warn = tracing::event_enabled!(target: "ort::logging", Level::WARN);
+            let ours = tracing::event_enabled!(target: "orkeon_daemon::watch", Level::INFO);
+            assert!(!ort_info, "ort INFO must be filtered out");
+            assert!(ort_warn && ours);
+        });
+    }
 }

@@ -1,18 +1,27 @@
-//! The CLI as a client of a running daemon's gRPC API: `orkeon crew list|get|kickoff|watch|
-//! runs|cancel` and `orkeon rag … --server URL`.
-
-use std::collections::HashMap;
+//! The CLI as a client of a running daemon's gRPC API: the application layer's contracts
+//! ([`KnowledgeApi`], [`CrewApi`]) implemented over gRPC, so `orkeon rag … --server URL` and
+//! `orkeon crew …` run the same commands as their local forms.
 
 use anyhow::Context;
+use async_trait::async_trait;
+use futures::StreamExt;
+use orkeon_knowledge::ingest::IngestReport;
+use orkeon_knowledge::store::{CollectionInfo, Manifest};
+use orkeon_knowledge::types::RagAnswer;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::config::Config;
-use crate::output::Output;
+use crate::grpc::convert;
 use crate::proto::v1 as pb;
 use crate::proto::v1::crew_service_client::CrewServiceClient;
 use crate::proto::v1::knowledge_service_client::KnowledgeServiceClient;
+use crate::runs::RunRecord;
+use crate::service::{
+    CrewApi, CrewSummary, EvalOutcome, EvalParams, EvalProgressFn, EventStream, IngestParams,
+    IngestProgressFn, Kickoff, KickoffParams, KnowledgeApi, QueryParams, RunPage, ServiceError,
+};
 
 /// Adds the bearer token to every call.
 #[derive(Clone)]
@@ -94,221 +103,229 @@ impl Connection {
     }
 }
 
-/// Turns a gRPC status into a readable error.
-pub fn status_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{} ({:?})", status.message(), status.code())
+/// The knowledge operations of a daemon, over gRPC.
+pub struct RemoteKnowledge {
+    conn: Connection,
 }
 
-pub async fn list_crews(conn: &Connection, out: &Output) -> anyhow::Result<()> {
-    let crews = conn
-        .crews()
-        .await?
-        .list_crews(pb::ListCrewsRequest {})
-        .await
-        .map_err(status_error)?
-        .into_inner()
-        .crews;
-    if out.json {
-        let value: Vec<_> = crews.iter().map(crew_json).collect();
-        return out.print_json(&value);
+impl RemoteKnowledge {
+    pub fn new(conn: Connection) -> Self {
+        Self { conn }
     }
-    println!(
-        "{:<20} {:<8} {:<13} {:<30} error",
-        "crew", "status", "process", "collections"
-    );
-    for c in crews {
-        println!(
-            "{:<20} {:<8} {:<13} {:<30} {}",
-            c.name,
-            c.status,
-            c.process,
-            c.collections.join(","),
-            c.error
-        );
+
+    async fn client(&self) -> Result<KnowledgeServiceClient<Authed>, ServiceError> {
+        self.conn.knowledge().await.map_err(unreachable_daemon)
     }
-    Ok(())
 }
 
-fn crew_json(c: &pb::Crew) -> serde_json::Value {
-    serde_json::json!({
-        "name": c.name, "file": c.file, "status": c.status, "error": c.error,
-        "process": c.process, "collections": c.collections, "agents": c.agents,
-        "tasks": c.tasks, "runnable": c.runnable, "updated_at": c.updated_at,
-    })
+/// The daemon could not be reached at all.
+fn unreachable_daemon(error: anyhow::Error) -> ServiceError {
+    ServiceError::Unavailable(format!("{error:#}"))
 }
 
-pub async fn get_crew(conn: &Connection, name: String, out: &Output) -> anyhow::Result<()> {
-    let crew = conn
-        .crews()
-        .await?
-        .get_crew(pb::GetCrewRequest { name })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if out.json {
-        return out.print_json(&crew_json(&crew));
+#[async_trait]
+impl KnowledgeApi for RemoteKnowledge {
+    async fn ingest(
+        &self,
+        params: IngestParams,
+        _progress: Option<IngestProgressFn<'_>>,
+    ) -> Result<IngestReport, ServiceError> {
+        let report = self
+            .client()
+            .await?
+            .ingest(convert::ingest_params_to_pb(params))
+            .await?
+            .into_inner();
+        Ok(convert::ingest_report_from_pb(report))
     }
-    println!(
-        "crew        {}\nfile        {}\nstatus      {}",
-        crew.name, crew.file, crew.status
-    );
-    if !crew.error.is_empty() {
-        println!("error       {}", crew.error);
+
+    async fn retrieve(&self, params: QueryParams) -> Result<RagAnswer, ServiceError> {
+        let answer = self
+            .client()
+            .await?
+            .retrieve(convert::query_params_to_pb(params))
+            .await?
+            .into_inner();
+        convert::answer_from_pb(answer)
     }
-    println!(
-        "process     {}\nagents      {}\ntasks       {}\ncollections {}",
-        crew.process,
-        crew.agents.join(", "),
-        crew.tasks.join(", "),
-        crew.collections.join(", ")
-    );
-    Ok(())
+
+    async fn query(&self, params: QueryParams) -> Result<RagAnswer, ServiceError> {
+        let answer = self
+            .client()
+            .await?
+            .query(convert::query_params_to_pb(params))
+            .await?
+            .into_inner();
+        convert::answer_from_pb(answer)
+    }
+
+    async fn collections(&self) -> Result<Vec<CollectionInfo>, ServiceError> {
+        let list = self
+            .client()
+            .await?
+            .list_collections(pb::ListCollectionsRequest {})
+            .await?
+            .into_inner();
+        Ok(list
+            .collections
+            .into_iter()
+            .map(convert::collection_from_pb)
+            .collect())
+    }
+
+    async fn manifest(&self, collection: &str) -> Result<Manifest, ServiceError> {
+        let manifest = self
+            .client()
+            .await?
+            .get_manifest(pb::GetManifestRequest {
+                collection: collection.to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(convert::manifest_from_pb(manifest))
+    }
+
+    async fn delete(&self, collection: &str) -> Result<(), ServiceError> {
+        self.client()
+            .await?
+            .delete_collection(pb::DeleteCollectionRequest {
+                collection: collection.to_string(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn evaluate(
+        &self,
+        params: EvalParams,
+        _progress: Option<EvalProgressFn<'_>>,
+    ) -> Result<EvalOutcome, ServiceError> {
+        let response = self
+            .client()
+            .await?
+            .evaluate(convert::eval_params_to_pb(params))
+            .await?
+            .into_inner();
+        convert::eval_outcome_from_pb(response)
+    }
 }
 
-pub async fn kickoff(
-    conn: &Connection,
-    crew: String,
-    inputs: Vec<(String, String)>,
-    idempotency_key: Option<String>,
-    wait: bool,
-    out: &Output,
-) -> anyhow::Result<bool> {
-    let response = conn
-        .crews()
-        .await?
-        .kickoff(pb::KickoffRequest {
-            crew,
-            inputs: inputs.into_iter().collect::<HashMap<_, _>>(),
-            idempotency_key: idempotency_key.unwrap_or_default(),
+/// The crew and run operations of a daemon, over gRPC.
+pub struct RemoteCrews {
+    conn: Connection,
+}
+
+impl RemoteCrews {
+    pub fn new(conn: Connection) -> Self {
+        Self { conn }
+    }
+
+    async fn client(&self) -> Result<CrewServiceClient<Authed>, ServiceError> {
+        self.conn.crews().await.map_err(unreachable_daemon)
+    }
+}
+
+#[async_trait]
+impl CrewApi for RemoteCrews {
+    async fn list_crews(&self) -> Result<Vec<CrewSummary>, ServiceError> {
+        let crews = self
+            .client()
+            .await?
+            .list_crews(pb::ListCrewsRequest {})
+            .await?
+            .into_inner()
+            .crews;
+        Ok(crews.into_iter().map(convert::crew_from_pb).collect())
+    }
+
+    async fn get_crew(&self, name: &str) -> Result<CrewSummary, ServiceError> {
+        let crew = self
+            .client()
+            .await?
+            .get_crew(pb::GetCrewRequest {
+                name: name.to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(convert::crew_from_pb(crew))
+    }
+
+    async fn kickoff(&self, params: KickoffParams) -> Result<Kickoff, ServiceError> {
+        let response = self
+            .client()
+            .await?
+            .kickoff(convert::kickoff_params_to_pb(params))
+            .await?
+            .into_inner();
+        Ok(Kickoff {
+            run_id: response.run_id,
+            created: response.created,
         })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if !wait {
-        if out.json {
-            out.print_json(
-                &serde_json::json!({"run_id": response.run_id, "created": response.created}),
-            )?;
-        } else {
-            println!("{}", response.run_id);
-        }
-        return Ok(true);
     }
-    watch(conn, response.run_id, 0, out).await
-}
 
-pub async fn watch(
-    conn: &Connection,
-    run_id: String,
-    after_seq: u64,
-    out: &Output,
-) -> anyhow::Result<bool> {
-    let mut client = conn.crews().await?;
-    let mut stream = client
-        .watch_run(pb::WatchRunRequest {
-            run_id: run_id.clone(),
-            after_seq,
+    async fn watch(&self, run_id: &str, after_seq: u64) -> Result<EventStream, ServiceError> {
+        let stream = self
+            .client()
+            .await?
+            .watch_run(pb::WatchRunRequest {
+                run_id: run_id.to_string(),
+                after_seq,
+            })
+            .await?
+            .into_inner();
+        Ok(stream
+            .map(|event| match event {
+                Ok(event) => convert::event_from_pb(event),
+                Err(status) => Err(ServiceError::from(status)),
+            })
+            .boxed())
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<RunRecord, ServiceError> {
+        let run = self
+            .client()
+            .await?
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.to_string(),
+            })
+            .await?
+            .into_inner();
+        convert::run_from_pb(run)
+    }
+
+    async fn list_runs(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<RunPage, ServiceError> {
+        let page = self
+            .client()
+            .await?
+            .list_runs(pb::ListRunsRequest {
+                page_size: page_size.min(u32::MAX as usize) as u32,
+                page_token: page_token.unwrap_or_default().to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(RunPage {
+            runs: page
+                .runs
+                .into_iter()
+                .map(convert::run_from_pb)
+                .collect::<Result<_, _>>()?,
+            next_page_token: page.next_page_token,
         })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    let spinner = crate::output::progress_bar(out, "run");
-    while let Some(event) = stream.message().await.map_err(status_error)? {
-        let value: serde_json::Value = serde_json::from_str(&event.json).unwrap_or_default();
-        if out.json {
-            println!(
-                "{}",
-                serde_json::json!({"run_id": event.run_id, "seq": event.seq, "at": event.at, "event": value})
-            );
-        } else {
-            let stored = crate::runs::StoredEvent {
-                run_id: event.run_id,
-                seq: event.seq,
-                at: event.at,
-                event: value,
-            };
-            if let Some(bar) = &spinner {
-                bar.set_message(event.r#type.clone());
-                bar.suspend(|| crate::output::print_run_event(&stored));
-            } else {
-                crate::output::print_run_event(&stored);
-            }
-        }
     }
-    if let Some(bar) = spinner {
-        bar.finish_and_clear();
-    }
-    let run = client
-        .get_run(pb::GetRunRequest { run_id })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if !out.json {
-        println!("\nrun {} {}", run.run_id, run.state);
-        if !run.reason.is_empty() {
-            println!("reason: {}", run.reason);
-        }
-        if !run.final_output.is_empty() {
-            println!("\n{}", run.final_output);
-        }
-    }
-    Ok(matches!(run.state.as_str(), "finished" | "degraded"))
-}
 
-fn run_json(r: &pb::Run) -> serde_json::Value {
-    serde_json::json!({
-        "run_id": r.run_id, "crew": r.crew, "crew_file": r.crew_file, "state": r.state,
-        "inputs": r.inputs, "started_at": r.started_at, "finished_at": r.finished_at,
-        "reason": r.reason, "final_output": r.final_output, "last_seq": r.last_seq,
-    })
-}
-
-pub async fn runs(
-    conn: &Connection,
-    limit: u32,
-    page_token: Option<String>,
-    out: &Output,
-) -> anyhow::Result<()> {
-    let page = conn
-        .crews()
-        .await?
-        .list_runs(pb::ListRunsRequest {
-            page_size: limit,
-            page_token: page_token.unwrap_or_default(),
-        })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if out.json {
-        let runs: Vec<_> = page.runs.iter().map(run_json).collect();
-        return out.print_json(
-            &serde_json::json!({"runs": runs, "next_page_token": page.next_page_token}),
-        );
+    async fn cancel(&self, run_id: &str) -> Result<RunRecord, ServiceError> {
+        let run = self
+            .client()
+            .await?
+            .cancel_run(pb::CancelRunRequest {
+                run_id: run_id.to_string(),
+            })
+            .await?
+            .into_inner();
+        convert::run_from_pb(run)
     }
-    println!("{:<38} {:<16} {:<10} started", "run", "crew", "state");
-    for r in &page.runs {
-        println!(
-            "{:<38} {:<16} {:<10} {}",
-            r.run_id, r.crew, r.state, r.started_at
-        );
-    }
-    if !page.next_page_token.is_empty() {
-        println!("more: --page-token {}", page.next_page_token);
-    }
-    Ok(())
-}
-
-pub async fn cancel(conn: &Connection, run_id: String, out: &Output) -> anyhow::Result<()> {
-    let run = conn
-        .crews()
-        .await?
-        .cancel_run(pb::CancelRunRequest { run_id })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if out.json {
-        return out.print_json(&run_json(&run));
-    }
-    println!("run {} {}", run.run_id, run.state);
-    Ok(())
 }

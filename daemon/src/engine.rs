@@ -8,20 +8,20 @@ use std::sync::{Arc, Mutex};
 use orkeon_agents::llm::{LlmSettings, build_chat_model, settings_with_overrides};
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_agents::runner::AgentTaskRunner;
-use orkeon_crews::ports::{ChatModel, KnowledgeService, TaskRunner};
+use orkeon_crews::ports::{ChatModel, CollectionState, KnowledgeService, TaskRunner};
 use orkeon_crews::run::{ProcessContext, RunEvent, RunEventSink, RunStatus, run_process};
 use orkeon_crews::spec::{CrewSpec, DegradedPolicy};
 use tokio::sync::watch;
 
 use crate::actors::AgentPool;
 use crate::registry::CrewRegistry;
-use crate::runs::{RunRecord, RunState, RunStore, RunStoreError, now};
+use crate::runs::{RunRecord, RunStoreError, Runs, now};
 
 /// Why a kickoff was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("crew '{name}' is not loaded (known crews: {known})")]
-    UnknownCrew { name: String, known: String },
+    #[error("crew '{name}' is not loaded (known crews: {})", known.join(", "))]
+    UnknownCrew { name: String, known: Vec<String> },
     #[error("crew '{name}' has no valid version: {error}")]
     InvalidCrew { name: String, error: String },
     #[error("missing input '{0}': pass it with --input {0}=VALUE")]
@@ -37,7 +37,7 @@ pub enum EngineError {
 /// Runs crews.
 pub struct CrewEngine {
     pub registry: Arc<CrewRegistry>,
-    pub runs: Arc<RunStore>,
+    pub runs: Arc<Runs>,
     knowledge: Arc<dyn KnowledgeService>,
     llm: LlmSettings,
     templates: Arc<PromptTemplates>,
@@ -50,14 +50,13 @@ type ActiveRun = (watch::Sender<bool>, tokio::task::JoinHandle<()>);
 
 /// Appends crews' run events to the run store.
 struct StoreSink {
-    runs: Arc<RunStore>,
+    runs: Arc<Runs>,
     run_id: String,
 }
 
 impl RunEventSink for StoreSink {
     fn emit(&self, event: RunEvent) {
-        let value = serde_json::to_value(&event).unwrap_or_default();
-        if let Err(error) = self.runs.append(&self.run_id, value) {
+        if let Err(error) = self.runs.append(&self.run_id, event) {
             tracing::error!(run_id = %self.run_id, %error, "cannot record a run event");
         }
     }
@@ -66,7 +65,7 @@ impl RunEventSink for StoreSink {
 impl CrewEngine {
     pub fn new(
         registry: Arc<CrewRegistry>,
-        runs: Arc<RunStore>,
+        runs: Arc<Runs>,
         knowledge: Arc<dyn KnowledgeService>,
         llm: LlmSettings,
         templates: Arc<PromptTemplates>,
@@ -97,7 +96,7 @@ impl CrewEngine {
             .get(crew)
             .ok_or_else(|| EngineError::UnknownCrew {
                 name: crew.to_string(),
-                known: self.registry.names().join(", "),
+                known: self.registry.names(),
             })?;
         let spec = entry.spec.clone().ok_or_else(|| EngineError::InvalidCrew {
             name: crew.to_string(),
@@ -128,7 +127,7 @@ impl CrewEngine {
             run_id: uuid::Uuid::now_v7().to_string(),
             crew: spec.name.clone(),
             crew_file: spec.file.display().to_string(),
-            state: RunState::Running,
+            state: RunStatus::Running,
             inputs: inputs.clone(),
             started_at: now(),
             finished_at: None,
@@ -171,19 +170,19 @@ impl CrewEngine {
 
     /// Waits for a run to end (used by `orkeon crew run`).
     pub async fn wait(&self, run_id: &str) -> Result<RunRecord, EngineError> {
-        let mut rx = self.runs.subscribe(run_id);
+        use futures::StreamExt;
+        let last_seq = self.runs.get(run_id)?.last_seq;
+        let mut events = std::pin::pin!(self.runs.follow(run_id, last_seq));
+        while let Some(event) = events.next().await {
+            event?;
+        }
+        // The terminal event is appended just before the record is finished: wait for that.
         loop {
             let run = self.runs.get(run_id)?;
             if run.state.is_terminal() {
                 return Ok(run);
             }
-            match tokio::time::timeout(std::time::Duration::from_millis(500), rx.recv()).await {
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
-                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => {
-                    rx = self.runs.subscribe(run_id);
-                }
-            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
@@ -250,7 +249,7 @@ impl CrewEngine {
             match self.knowledge.bootstrap(requests).await {
                 Ok(statuses) => {
                     for status in statuses {
-                        if status.state != "ready" {
+                        if status.state != CollectionState::Ready {
                             degraded.push(status.reason.clone().unwrap_or_else(|| {
                                 format!("collection '{}' is {}", status.name, status.state)
                             }));
@@ -263,7 +262,7 @@ impl CrewEngine {
         }
         if !degraded.is_empty() && matches!(spec.on_degraded, DegradedPolicy::Fail) {
             let reason = format!("{} (on_degraded: fail)", degraded.join("; "));
-            self.end(&sink, &run_id, RunState::Failed, Some(reason), None);
+            self.end(&sink, &run_id, RunStatus::Failed, Some(reason), None);
             return;
         }
 
@@ -271,7 +270,7 @@ impl CrewEngine {
         let chat = match self.chat_model(&spec) {
             Ok(chat) => chat,
             Err(error) => {
-                self.end(&sink, &run_id, RunState::Failed, Some(error), None);
+                self.end(&sink, &run_id, RunStatus::Failed, Some(error), None);
                 return;
             }
         };
@@ -284,7 +283,8 @@ impl CrewEngine {
         let pool = match AgentPool::spawn(&run_id, agents, runner).await {
             Ok(pool) => Arc::new(pool),
             Err(error) => {
-                self.end(&sink, &run_id, RunState::Failed, Some(error), None);
+                let reason = error.to_string();
+                self.end(&sink, &run_id, RunStatus::Failed, Some(reason), None);
                 return;
             }
         };
@@ -308,11 +308,9 @@ impl CrewEngine {
         let mut reasons: Vec<String> = degraded;
         reasons.extend(result.reason.clone());
         let state = match result.status {
-            RunStatus::Failed => RunState::Failed,
-            RunStatus::Cancelled => RunState::Cancelled,
-            RunStatus::Degraded => RunState::Degraded,
-            _ if !reasons.is_empty() => RunState::Degraded,
-            _ => RunState::Finished,
+            status @ (RunStatus::Failed | RunStatus::Cancelled | RunStatus::Degraded) => status,
+            _ if !reasons.is_empty() => RunStatus::Degraded,
+            _ => RunStatus::Finished,
         };
         let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
         self.end(&sink, &run_id, state, reason, final_output);
@@ -322,18 +320,12 @@ impl CrewEngine {
         &self,
         sink: &Arc<dyn RunEventSink>,
         run_id: &str,
-        state: RunState,
+        state: RunStatus,
         reason: Option<String>,
         final_output: Option<String>,
     ) {
-        let status = match state {
-            RunState::Finished | RunState::Running => RunStatus::Finished,
-            RunState::Degraded => RunStatus::Degraded,
-            RunState::Failed => RunStatus::Failed,
-            RunState::Cancelled => RunStatus::Cancelled,
-        };
         sink.emit(RunEvent::RunFinished {
-            status,
+            status: state,
             reason: reason.clone(),
             final_output: final_output.clone(),
         });

@@ -30,17 +30,27 @@ pub struct KnowledgeHost {
 impl KnowledgeHost {
     /// Opens the store under `data_dir` and loads the configured embedder.
     pub fn open(config: &Config) -> anyhow::Result<Self> {
-        let data_dir = config.data_dir.clone();
-        std::fs::create_dir_all(&data_dir)
+        Self::with_store(config, Self::open_store(config)?)
+    }
+
+    /// Opens the store under `data_dir` (no model is loaded).
+    pub fn open_store(config: &Config) -> anyhow::Result<Arc<EmbeddedStore>> {
+        let data_dir = &config.data_dir;
+        std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
-        let store = Arc::new(
-            EmbeddedStore::open(&data_dir, config.rag.store.clone()).with_context(|| {
+        Ok(Arc::new(
+            EmbeddedStore::open(data_dir, config.rag.store.clone()).with_context(|| {
                 format!(
                     "cannot open the store in {} (is another orkeon process using it?)",
                     data_dir.display()
                 )
             })?,
-        );
+        ))
+    }
+
+    /// Loads the configured embedder over an open store.
+    pub fn with_store(config: &Config, store: Arc<EmbeddedStore>) -> anyhow::Result<Self> {
+        let data_dir = config.data_dir.clone();
         let embedder = build_embedder(&config.embeddings).context("cannot load the embedder")?;
         let quarantine =
             QuarantineStore::open(&store.db()).context("cannot open the quarantine")?;

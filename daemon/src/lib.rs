@@ -1,7 +1,8 @@
 //! Orkeon's composition root: configuration, actors, watchers, gRPC server and the CLI.
 //!
 //! - [`config`]: layered configuration (figment).
-//! - [`knowledge_host`], [`knowledge_service`]: the knowledge services of one process.
+//! - [`knowledge_host`]: the knowledge components of one process.
+//! - [`service`]: the application layer — every operation once, under every surface.
 //! - [`runs`], [`registry`], [`engine`], [`actors`], [`watch`]: crews, runs and actors.
 //! - [`grpc`], [`proto`], [`client`]: the control plane and its CLI client.
 //! - [`cli`], [`commands`], [`output`]: the command line.
@@ -14,10 +15,10 @@ pub mod config;
 pub mod engine;
 pub mod grpc;
 pub mod knowledge_host;
-pub mod knowledge_service;
 pub mod output;
 pub mod proto;
 pub mod registry;
 pub mod runs;
+pub mod service;
 pub mod services;
 pub mod watch;

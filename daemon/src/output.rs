@@ -3,6 +3,8 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use orkeon_crews::run::RunEvent;
+use orkeon_crews::spec::ProcessKind;
 use orkeon_knowledge::types::RagAnswer;
 use serde::Serialize;
 
@@ -65,55 +67,59 @@ pub fn print_citations(answer: &RagAnswer) {
 
 /// One human-readable line (or a few) per run event.
 pub fn print_run_event(event: &crate::runs::StoredEvent) {
-    let e = &event.event;
-    let kind = e.get("type").and_then(|t| t.as_str()).unwrap_or("event");
-    let s = |k: &str| e.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let line = match kind {
-        "run_started" => format!("run started: crew {} ({})", s("crew"), s("process")),
-        "collection_ingested" => {
-            let st = &e["status"];
+    println!("[{:>3}] {}", event.seq, describe_run_event(&event.event));
+}
+
+/// A run event in one line.
+pub fn describe_run_event(event: &RunEvent) -> String {
+    match event {
+        RunEvent::RunStarted { crew, process, .. } => {
+            format!("run started: crew {crew} ({})", process_name(*process))
+        }
+        RunEvent::CollectionIngested { status } => {
+            let report = &status.report;
             format!(
                 "collection {} {}: {} ingested, {} unchanged, {} chunks embedded{}",
-                st["name"].as_str().unwrap_or(""),
-                st["state"].as_str().unwrap_or(""),
-                st["report"]["sources_ingested"],
-                st["report"]["sources_skipped"],
-                st["report"]["chunks_embedded"],
-                st["reason"]
-                    .as_str()
+                status.name,
+                status.state,
+                report["sources_ingested"],
+                report["sources_skipped"],
+                report["chunks_embedded"],
+                status
+                    .reason
+                    .as_deref()
                     .map(|r| format!(" — {r}"))
                     .unwrap_or_default()
             )
         }
-        "task_started" => format!("task {} started (agent {})", s("task"), s("agent")),
-        "retrieval" => {
-            let cites: Vec<String> = e["citations"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|c| {
-                            format!(
-                                "[{}] {}",
-                                c["marker"],
-                                c["source_id"].as_str().unwrap_or("")
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            format!("retrieval for {}: {}", s("task"), cites.join(", "))
+        RunEvent::TaskStarted { task, agent } => format!("task {task} started (agent {agent})"),
+        RunEvent::Retrieval {
+            task, citations, ..
+        } => {
+            let cites: Vec<String> = citations
+                .iter()
+                .map(|c| format!("[{}] {}", c.marker, c.source_id))
+                .collect();
+            format!("retrieval for {task}: {}", cites.join(", "))
         }
-        "task_completed" => {
-            let o = &e["output"];
-            format!(
-                "task {} completed by {} ({})",
-                o["task"].as_str().unwrap_or(""),
-                o["agent"].as_str().unwrap_or(""),
-                o["model"].as_str().unwrap_or("")
-            )
-        }
-        "run_finished" => format!("run finished: {}", e["status"].as_str().unwrap_or("")),
-        other => format!("{other}: {e}"),
-    };
-    println!("[{:>3}] {line}", event.seq);
+        RunEvent::TaskCompleted { output } => format!(
+            "task {} completed by {} ({})",
+            output.task, output.agent, output.model
+        ),
+        RunEvent::ManagerDecision {
+            task,
+            agent,
+            reason,
+        } => format!("manager: {task} → {agent} ({reason})"),
+        RunEvent::GraphTransition { from, to } => format!("graph: {from} → {to}"),
+        RunEvent::BudgetExhausted { reason } => format!("budget exhausted: {reason}"),
+        RunEvent::RunFinished { status, .. } => format!("run finished: {status}"),
+    }
+}
+
+fn process_name(process: ProcessKind) -> String {
+    serde_json::to_value(process)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{process:?}").to_lowercase())
 }

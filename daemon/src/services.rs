@@ -1,56 +1,67 @@
 //! Assembles one process's services from the configuration: the knowledge host, the profile
-//! resolver, the run store, the augmenter actor and the crew engine. Used by the daemon, by
-//! `orkeon crew run` and by the gRPC server.
+//! resolver, the run store, the augmenter actor, the crew engine and the application layer
+//! over them. Used by the daemon, by `orkeon crew run` and by the gRPC server.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_crews::ports::KnowledgeService;
-use orkeon_knowledge::query::{PipelineDeps, ProfileResolver};
+use orkeon_knowledge::crew_knowledge::{CollectionGates, CrewKnowledge};
+use orkeon_knowledge::query::ProfileResolver;
 
 use crate::actors::AugmenterHandle;
 use crate::config::Config;
 use crate::engine::CrewEngine;
 use crate::knowledge_host::KnowledgeHost;
-use crate::knowledge_service::DaemonKnowledge;
 use crate::registry::CrewRegistry;
-use crate::runs::RunStore;
+use crate::runs::Runs;
+use crate::service::{CrewApp, KnowledgeApp};
 
 /// Everything a running Orkeon process needs.
 pub struct Services {
-    pub config: Config,
-    pub host: KnowledgeHost,
+    pub config: Arc<Config>,
+    pub host: Arc<KnowledgeHost>,
     pub resolver: Arc<ProfileResolver>,
-    pub knowledge: Arc<DaemonKnowledge>,
+    /// Crews' knowledge (bootstrap and augmentation).
+    pub knowledge: Arc<CrewKnowledge>,
     pub augmenter: Arc<AugmenterHandle>,
     pub registry: Arc<CrewRegistry>,
-    pub runs: Arc<RunStore>,
+    pub runs: Arc<Runs>,
     pub engine: Arc<CrewEngine>,
+    /// The application layer: knowledge operations.
+    pub knowledge_app: Arc<KnowledgeApp>,
+    /// The application layer: crew and run operations.
+    pub crews: Arc<CrewApp>,
 }
 
 impl Services {
     pub async fn start(config: Config) -> anyhow::Result<Self> {
-        let host = KnowledgeHost::open(&config)?;
-        let runs = Arc::new(RunStore::open(&host.store.db()).context("cannot open the run store")?);
+        let config = Arc::new(config);
+        let host = Arc::new(KnowledgeHost::open(&config)?);
+        let store = host
+            .store
+            .run_store()
+            .context("cannot open the run store")?;
+        let runs = Arc::new(Runs::new(Arc::new(store)));
         let recovered = runs.recover_interrupted()?;
         if recovered > 0 {
             tracing::warn!(
                 runs = recovered,
-                "runs interrupted by a previous stop were marked failed"
+                "runs interrupted by a previous stop were marked failed (each got a terminal event)"
             );
         }
         let chat = orkeon_agents::llm::build_chat_model(&config.llm).ok();
         let resolver = host.resolver(&config, chat);
-        let knowledge = Arc::new(DaemonKnowledge::new(
+        let gates = Arc::new(CollectionGates::default());
+        let knowledge = Arc::new(CrewKnowledge::new(
             host.ingestion.clone(),
             resolver.clone(),
             config.rag.profile.clone(),
+            gates.clone(),
         ));
         let (augmenter, _handle) =
-            AugmenterHandle::spawn(knowledge.clone() as Arc<dyn KnowledgeService>)
-                .await
-                .map_err(anyhow::Error::msg)?;
+            AugmenterHandle::spawn(knowledge.clone() as Arc<dyn KnowledgeService>).await?;
         let augmenter = Arc::new(augmenter);
         let templates = Arc::new(
             PromptTemplates::load(config.prompts_dir.as_deref())
@@ -64,6 +75,13 @@ impl Services {
             config.llm.clone(),
             templates,
         ));
+        let knowledge_app = Arc::new(KnowledgeApp::new(
+            config.clone(),
+            host.clone(),
+            resolver.clone(),
+            gates,
+        ));
+        let crews = Arc::new(CrewApp::new(registry.clone(), engine.clone(), runs.clone()));
         Ok(Self {
             config,
             host,
@@ -73,6 +91,8 @@ impl Services {
             registry,
             runs,
             engine,
+            knowledge_app,
+            crews,
         })
     }
 
@@ -84,11 +104,5 @@ impl Services {
         if let Err(error) = self.host.store.flush() {
             tracing::error!(%error, "flushing the store failed");
         }
-    }
-
-    /// A pipeline deps bundle is cheap to clone; expose it for the gRPC/CLI query paths.
-    pub fn deps(&self) -> PipelineDeps {
-        self.host
-            .pipeline_deps(orkeon_agents::llm::build_chat_model(&self.config.llm).ok())
     }
 }

@@ -11,6 +11,7 @@ mod graph_process;
 mod hierarchical;
 mod manager;
 mod sequential;
+pub mod store;
 mod task_step;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,15 +39,26 @@ pub enum RunStatus {
     Cancelled,
 }
 
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl RunStatus {
+    /// Every state but `Running` is final.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Running)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
             RunStatus::Running => "running",
             RunStatus::Finished => "finished",
             RunStatus::Degraded => "degraded",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
-        })
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

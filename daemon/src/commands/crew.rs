@@ -1,5 +1,6 @@
-//! `orkeon crew check FILE` and `orkeon crew run FILE [--input k=v]...` — offline validation
-//! and an in-process run (same engine as the daemon, no daemon needed).
+//! `orkeon crew …`: `check FILE` and `run FILE` work offline (validation; an in-process run on
+//! the daemon's engine); `list`, `get`, `kickoff`, `watch`, `runs` and `cancel` drive a daemon
+//! through the application layer's [`CrewApi`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -7,10 +8,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
+use orkeon_crews::run::RunStatus;
 use orkeon_crews::spec::parse_crew_file;
 
 use crate::config::Config;
 use crate::output::Output;
+use crate::service::{CrewApi, KickoffParams};
 use crate::services::Services;
 
 #[derive(Debug, Subcommand)]
@@ -86,10 +89,7 @@ pub async fn run(
     let run = services.engine.wait(&record.run_id).await?;
     let events = services.runs.events_after(&run.run_id, 0)?;
     services.shutdown().await;
-    let ok = matches!(
-        run.state,
-        crate::runs::RunState::Finished | crate::runs::RunState::Degraded
-    );
+    let ok = matches!(run.state, RunStatus::Finished | RunStatus::Degraded);
     if out.json {
         out.print_json(&serde_json::json!({"run": run, "events": events}))?;
         return Ok(ok);
@@ -105,4 +105,143 @@ pub async fn run(
         println!("\n{output}");
     }
     Ok(ok)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against a daemon: list, get, kickoff, watch, runs, cancel (over any `CrewApi`).
+// ---------------------------------------------------------------------------------------------
+
+pub async fn list(api: &dyn CrewApi, out: &Output) -> anyhow::Result<()> {
+    let crews = api.list_crews().await?;
+    if out.json {
+        return out.print_json(&crews);
+    }
+    println!(
+        "{:<20} {:<8} {:<13} {:<30} error",
+        "crew", "status", "process", "collections"
+    );
+    for c in crews {
+        println!(
+            "{:<20} {:<8} {:<13} {:<30} {}",
+            c.name,
+            c.status,
+            c.process,
+            c.collections.join(","),
+            c.error
+        );
+    }
+    Ok(())
+}
+
+pub async fn get(api: &dyn CrewApi, name: &str, out: &Output) -> anyhow::Result<()> {
+    let crew = api.get_crew(name).await?;
+    if out.json {
+        return out.print_json(&crew);
+    }
+    println!(
+        "crew        {}\nfile        {}\nstatus      {}",
+        crew.name, crew.file, crew.status
+    );
+    if !crew.error.is_empty() {
+        println!("error       {}", crew.error);
+    }
+    println!(
+        "process     {}\nagents      {}\ntasks       {}\ncollections {}",
+        crew.process,
+        crew.agents.join(", "),
+        crew.tasks.join(", "),
+        crew.collections.join(", ")
+    );
+    Ok(())
+}
+
+/// Starts a run; with `wait`, streams it to its end. `Ok(false)` when it ended badly.
+pub async fn kickoff(
+    api: &dyn CrewApi,
+    params: KickoffParams,
+    wait: bool,
+    out: &Output,
+) -> anyhow::Result<bool> {
+    let kickoff = api.kickoff(params).await?;
+    if !wait {
+        if out.json {
+            out.print_json(&kickoff)?;
+        } else {
+            println!("{}", kickoff.run_id);
+        }
+        return Ok(true);
+    }
+    watch(api, &kickoff.run_id, 0, out).await
+}
+
+/// Streams a run's events until it ends. `Ok(false)` when it ended badly.
+pub async fn watch(
+    api: &dyn CrewApi,
+    run_id: &str,
+    after_seq: u64,
+    out: &Output,
+) -> anyhow::Result<bool> {
+    use futures::StreamExt;
+    let mut events = api.watch(run_id, after_seq).await?;
+    let spinner = crate::output::progress_bar(out, "run");
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if out.json {
+            println!("{}", serde_json::to_string(&event)?);
+        } else if let Some(bar) = &spinner {
+            bar.set_message(crate::output::describe_run_event(&event.event));
+            bar.suspend(|| crate::output::print_run_event(&event));
+        } else {
+            crate::output::print_run_event(&event);
+        }
+    }
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
+    let run = api.get_run(run_id).await?;
+    if !out.json {
+        println!("\nrun {} {}", run.run_id, run.state);
+        if let Some(reason) = &run.reason {
+            println!("reason: {reason}");
+        }
+        if let Some(output) = &run.final_output {
+            println!("\n{output}");
+        }
+    }
+    Ok(matches!(
+        run.state,
+        RunStatus::Finished | RunStatus::Degraded
+    ))
+}
+
+pub async fn runs(
+    api: &dyn CrewApi,
+    limit: usize,
+    page_token: Option<String>,
+    out: &Output,
+) -> anyhow::Result<()> {
+    let page = api.list_runs(limit, page_token.as_deref()).await?;
+    if out.json {
+        return out.print_json(&page);
+    }
+    println!("{:<38} {:<16} {:<10} started", "run", "crew", "state");
+    for r in &page.runs {
+        println!(
+            "{:<38} {:<16} {:<10} {}",
+            r.run_id, r.crew, r.state, r.started_at
+        );
+    }
+    if !page.next_page_token.is_empty() {
+        println!("more: --page-token {}", page.next_page_token);
+    }
+    Ok(())
+}
+
+pub async fn cancel(api: &dyn CrewApi, run_id: &str, out: &Output) -> anyhow::Result<()> {
+    let run = api.cancel(run_id).await?;
+    if out.json {
+        return out.print_json(&run);
+    }
+    println!("run {} {}", run.run_id, run.state);
+    Ok(())
 }

@@ -1,20 +1,15 @@
 //! `orkeon rag eval`: one ingestion of a golden YAML or BEIR dataset, every requested profile on
-//! the same collection, a Markdown comparison table and JSON, and an optional quality gate.
+//! the same collection, a Markdown comparison table and JSON, and an optional quality gate —
+//! in-process, or on a daemon with `--server` (paths are then the daemon's).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use orkeon_agents::llm::extractive::ExtractiveModel;
-use orkeon_agents::llm::{ExtractiveSettings, build_chat_model};
-use orkeon_crews::ports::ChatModel;
-use orkeon_knowledge::eval::harness::{EvalHarness, EvalOptions, EvalProgress};
-use orkeon_knowledge::eval::{check_gate, load_dataset, load_floors, render_markdown};
+use orkeon_knowledge::eval::harness::EvalProgress;
 
-use crate::config::Config;
-use crate::knowledge_host::KnowledgeHost;
 use crate::output::{Output, progress_bar};
+use crate::service::{EvalParams, KnowledgeApi};
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -49,26 +44,10 @@ pub struct EvalArgs {
 }
 
 /// Runs the evaluation; `Ok(false)` when the gate failed.
-pub async fn run(args: EvalArgs, config: &Config, out: &Output) -> anyhow::Result<bool> {
-    let dataset = load_dataset(&args.dataset, &args.split)?;
-    let host = KnowledgeHost::open(config)?;
-    let chat: Option<Arc<dyn ChatModel>> = if args.offline {
-        Some(Arc::new(ExtractiveModel::new(
-            &ExtractiveSettings::default(),
-        )))
-    } else {
-        build_chat_model(&config.llm).ok()
-    };
-    let resolver = host.resolver(config, chat.clone());
-    // Retrieval metrics rank retrieve_k passages: lift the context budget so assembly does not
-    // cut the ranking (generation keeps the configured budget).
-    let mut deep = config.clone();
-    deep.rag.context.max_tokens = Some(1_000_000);
-    let retrieval_resolver = host.resolver(&deep, chat.clone());
-    let judge = if args.offline { None } else { chat };
-    let harness = EvalHarness::new(host.ingestion.clone(), resolver, judge)
-        .with_retrieval_resolver(retrieval_resolver);
-    let options = EvalOptions {
+pub async fn run(args: EvalArgs, api: &dyn KnowledgeApi, out: &Output) -> anyhow::Result<bool> {
+    let params = EvalParams {
+        dataset: args.dataset,
+        split: args.split,
         profiles: args
             .compare
             .split(',')
@@ -79,8 +58,7 @@ pub async fn run(args: EvalArgs, config: &Config, out: &Output) -> anyhow::Resul
         generate: !args.no_generate,
         concurrency: args.concurrency.max(1),
         retrieve_k: args.retrieve_k,
-        cache_dir: Some(config.data_dir.join("eval-cache")),
-        ..EvalOptions::default()
+        gate: args.gate.clone(),
     };
     let bar = progress_bar(out, "eval");
     let progress = bar.clone().map(|bar| {
@@ -107,10 +85,9 @@ pub async fn run(args: EvalArgs, config: &Config, out: &Output) -> anyhow::Resul
             EvalProgress::ProfileDone { .. } => {}
         }
     });
-    let report = harness
-        .run(
-            &dataset,
-            &options,
+    let outcome = api
+        .evaluate(
+            params,
             progress
                 .as_ref()
                 .map(|f| f as &(dyn Fn(EvalProgress) + Send + Sync)),
@@ -119,33 +96,23 @@ pub async fn run(args: EvalArgs, config: &Config, out: &Output) -> anyhow::Resul
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    host.store.flush()?;
-    let markdown = render_markdown(&report);
     if let Some(path) = &args.out {
-        std::fs::write(path, &markdown)
+        std::fs::write(path, &outcome.markdown)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if out.json {
-        out.print_json(&report)?;
+        out.print_json(&outcome.report)?;
     } else {
-        println!("{markdown}");
+        println!("{}", outcome.markdown);
     }
-    if let Some(gate) = &args.gate {
-        let floors = load_floors(gate)?;
-        match check_gate(&report, &floors) {
-            Ok(()) => eprintln!(
-                "quality gate passed: {} recall@5 and MRR@10 at or above the floors set on {} ({})",
-                floors.profile,
-                floors.set_on,
-                gate.display()
-            ),
-            Err(failures) => {
-                for failure in &failures {
-                    eprintln!("quality gate failed: {failure}");
-                }
-                return Ok(false);
-            }
+    let Some(gate) = &outcome.gate else {
+        return Ok(true);
+    };
+    for message in &gate.messages {
+        match &args.gate {
+            Some(file) if gate.passed => eprintln!("{message} ({})", file.display()),
+            _ => eprintln!("{message}"),
         }
     }
-    Ok(true)
+    Ok(gate.passed)
 }

@@ -451,24 +451,29 @@ impl EvalHarness {
         let done = AtomicUsize::new(0);
 
         let mut outcomes: Vec<(usize, CaseRun)> = Vec::with_capacity(total);
-        let mut runs = stream::iter(dataset.cases.iter().enumerate())
-            .map(|(index, case)| {
-                let done = &done;
-                async move {
-                    let outcome = run.run_case(case).await;
-                    let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if let Some(progress) = progress {
-                        progress(EvalProgress::Case {
-                            profile: run.profile.to_string(),
-                            done: finished,
-                            total,
-                            case_id: case.id.clone(),
-                        });
-                    }
-                    outcome.map(|o| (index, o))
+        // The futures are built up front (not by a closure inside the stream) so the whole
+        // evaluation stays `Send`: a stream mapping `&EvalCase` through a closure trips the
+        // compiler's higher-ranked lifetime check when it is awaited in a `Send` context.
+        let done = &done;
+        let cases: Vec<_> = dataset
+            .cases
+            .iter()
+            .enumerate()
+            .map(|(index, case)| async move {
+                let outcome = run.run_case(case).await;
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if let Some(progress) = progress {
+                    progress(EvalProgress::Case {
+                        profile: run.profile.to_string(),
+                        done: finished,
+                        total,
+                        case_id: case.id.clone(),
+                    });
                 }
+                outcome.map(|o| (index, o))
             })
-            .buffer_unordered(run.options.concurrency);
+            .collect();
+        let mut runs = stream::iter(cases).buffer_unordered(run.options.concurrency);
         while let Some(outcome) = runs.next().await {
             // The first failure stops the profile: a silently skipped case would bias the
             // aggregate.

@@ -12,6 +12,7 @@ mod collection_tree;
 #[cfg(test)]
 mod crash_tests;
 mod embedded;
+mod embedded_runs;
 mod exact_vectors;
 mod hnsw_calibration;
 mod hnsw_snapshot;
@@ -21,6 +22,7 @@ mod layout;
 mod vector_index;
 
 pub use embedded::{EmbeddedStore, validate_collection_name};
+pub use embedded_runs::SledRunStore;
 pub use hybrid::{hybrid_depths, reciprocal_rank_fusion};
 
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};

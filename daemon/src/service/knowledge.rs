@@ -1,0 +1,497 @@
+//! Knowledge operations, each written once: ingest, retrieve (search), query, collections,
+//! manifest, delete and evaluate.
+//!
+//! [`KnowledgeApi`] is the contract every surface speaks. [`KnowledgeApp`] implements it over
+//! this process's store, embedder and profiles (the CLI without `--server`, and the daemon
+//! behind its gRPC services); `client::RemoteKnowledge` implements it over gRPC (the CLI with
+//! `--server`). A field a local command accepts is a field of these request types, so it is
+//! accepted remotely too.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use orkeon_agents::llm::extractive::ExtractiveModel;
+use orkeon_agents::llm::{ExtractiveSettings, build_chat_model};
+use orkeon_crews::ports::ChatModel;
+use orkeon_knowledge::crew_knowledge::CollectionGates;
+use orkeon_knowledge::eval::harness::{EvalHarness, EvalOptions, EvalProgress};
+use orkeon_knowledge::eval::{EvalReport, check_gate, load_dataset, load_floors, render_markdown};
+use orkeon_knowledge::ingest::{IngestProgress, IngestReport, IngestRequest};
+use orkeon_knowledge::query::{
+    ProfileResolver, RagQuery, RetrieveOnly, StagedRagPipeline, resolve_options,
+};
+use orkeon_knowledge::settings::ChunkingSettings;
+use orkeon_knowledge::store::{
+    CollectionInfo, DocumentStore, EmbeddedStore, Manifest, SearchMode, SearchRequest,
+};
+use orkeon_knowledge::types::{Citation, RagAnswer, RagTrace};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use super::ServiceError;
+use crate::config::Config;
+use crate::knowledge_host::KnowledgeHost;
+
+/// Progress of an ingestion, for progress bars.
+pub type IngestProgressFn<'a> = &'a (dyn Fn(IngestProgress) + Send + Sync);
+/// Progress of an evaluation, for progress bars.
+pub type EvalProgressFn<'a> = &'a (dyn Fn(EvalProgress) + Send + Sync);
+
+/// Chunker settings a request overrides; unset fields keep the configured default
+/// (`rag.ingestion.default_chunking`). The one place request and defaults are merged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkingOverrides {
+    pub strategy: Option<String>,
+    pub max_tokens: Option<usize>,
+    pub overlap: Option<usize>,
+}
+
+impl ChunkingOverrides {
+    pub fn is_empty(&self) -> bool {
+        self.strategy.is_none() && self.max_tokens.is_none() && self.overlap.is_none()
+    }
+
+    /// `None` (the pipeline's default) when nothing is overridden.
+    pub fn resolve(&self, defaults: &ChunkingSettings) -> Option<ChunkingSettings> {
+        (!self.is_empty()).then(|| ChunkingSettings {
+            strategy: self
+                .strategy
+                .clone()
+                .unwrap_or_else(|| defaults.strategy.clone()),
+            max_tokens: self.max_tokens.unwrap_or(defaults.max_tokens),
+            overlap: self.overlap.unwrap_or(defaults.overlap),
+            ..defaults.clone()
+        })
+    }
+}
+
+/// Ingest sources into a collection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IngestParams {
+    pub collection: String,
+    /// Paths, globs or URLs.
+    pub sources: Vec<String>,
+    pub chunking: ChunkingOverrides,
+    /// Purge and rebuild the collection.
+    pub reindex: bool,
+    /// Folder relative sources resolve against; `None`: the serving process's working
+    /// directory.
+    pub base_dir: Option<PathBuf>,
+}
+
+/// A retrieval (search) or a query (with generation).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryParams {
+    /// `None`: `rag.collection`.
+    pub collection: Option<String>,
+    pub query: String,
+    /// `None`: `rag.profile`.
+    pub profile: Option<String>,
+    /// `None`: the profile's top_n.
+    pub top_n: Option<usize>,
+    /// Retrieval mode override (retrieval only): `bm25` reads the lexical index directly,
+    /// `vector`/`hybrid` switch the profile's hybrid retrieval off/on.
+    pub mode: Option<SearchMode>,
+}
+
+/// Evaluate retrieval (and generation) quality on a dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalParams {
+    /// A golden YAML file or a BEIR folder.
+    pub dataset: PathBuf,
+    pub split: String,
+    pub profiles: Vec<String>,
+    /// Zero network: the offline extractive model generates, the heuristic judge grades.
+    pub offline: bool,
+    pub generate: bool,
+    pub concurrency: usize,
+    pub retrieve_k: usize,
+    /// Floors to check the report against.
+    pub gate: Option<PathBuf>,
+}
+
+/// An evaluation's report, rendered, and its gate verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalOutcome {
+    pub report: EvalReport,
+    pub markdown: String,
+    pub gate: Option<GateVerdict>,
+}
+
+/// The quality gate's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateVerdict {
+    pub passed: bool,
+    /// One line: what passed, or each floor that failed.
+    pub messages: Vec<String>,
+}
+
+/// The knowledge operations.
+#[async_trait]
+pub trait KnowledgeApi: Send + Sync {
+    async fn ingest(
+        &self,
+        params: IngestParams,
+        progress: Option<IngestProgressFn<'_>>,
+    ) -> Result<IngestReport, ServiceError>;
+    /// Retrieval only: the profile's stages up to assembly, no LLM call.
+    async fn retrieve(&self, params: QueryParams) -> Result<RagAnswer, ServiceError>;
+    /// A full query with cited generation.
+    async fn query(&self, params: QueryParams) -> Result<RagAnswer, ServiceError>;
+    async fn collections(&self) -> Result<Vec<CollectionInfo>, ServiceError>;
+    async fn manifest(&self, collection: &str) -> Result<Manifest, ServiceError>;
+    async fn delete(&self, collection: &str) -> Result<(), ServiceError>;
+    async fn evaluate(
+        &self,
+        params: EvalParams,
+        progress: Option<EvalProgressFn<'_>>,
+    ) -> Result<EvalOutcome, ServiceError>;
+}
+
+/// What needs the embedder (loaded on first use, so listing collections loads no model).
+struct Engine {
+    host: Arc<KnowledgeHost>,
+    resolver: Arc<ProfileResolver>,
+}
+
+/// The knowledge operations over this process's components.
+pub struct KnowledgeApp {
+    config: Arc<Config>,
+    store: Arc<EmbeddedStore>,
+    engine: OnceCell<Engine>,
+    gates: Arc<CollectionGates>,
+}
+
+impl KnowledgeApp {
+    /// Over a daemon's components (the gates are the ones crews' retrievals respect).
+    pub fn new(
+        config: Arc<Config>,
+        host: Arc<KnowledgeHost>,
+        resolver: Arc<ProfileResolver>,
+        gates: Arc<CollectionGates>,
+    ) -> Self {
+        Self {
+            config,
+            store: host.store.clone(),
+            engine: OnceCell::new_with(Some(Engine { host, resolver })),
+            gates,
+        }
+    }
+
+    /// For one CLI command: opens the store now, the embedder when an operation needs it.
+    pub fn open(config: Config) -> anyhow::Result<Self> {
+        let store = KnowledgeHost::open_store(&config)?;
+        Ok(Self {
+            config: Arc::new(config),
+            store,
+            engine: OnceCell::new(),
+            gates: Arc::default(),
+        })
+    }
+
+    /// Flushes the store (one-shot commands call it before exiting).
+    pub fn flush(&self) -> Result<(), ServiceError> {
+        self.store.flush().map_err(ServiceError::from)
+    }
+
+    async fn engine(&self) -> Result<&Engine, ServiceError> {
+        self.engine
+            .get_or_try_init(|| async {
+                let host = KnowledgeHost::with_store(&self.config, self.store.clone())
+                    .map_err(|e| ServiceError::FailedPrecondition(format!("{e:#}")))?;
+                let chat = build_chat_model(&self.config.llm).ok();
+                let resolver = host.resolver(&self.config, chat);
+                Ok(Engine {
+                    host: Arc::new(host),
+                    resolver,
+                })
+            })
+            .await
+    }
+
+    /// `NotFound` listing the known collections unless `name` exists.
+    fn require_collection(&self, name: &str) -> Result<(), ServiceError> {
+        let known: Vec<String> = self
+            .store
+            .collections()?
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        if known.iter().any(|c| c == name) {
+            return Ok(());
+        }
+        Err(ServiceError::unknown_collection(name, known))
+    }
+
+    fn collection_of(&self, given: Option<String>) -> Result<String, ServiceError> {
+        given
+            .filter(|c| !c.trim().is_empty())
+            .or_else(|| self.config.rag.collection.clone())
+            .ok_or_else(|| {
+                ServiceError::invalid(
+                    "collection",
+                    "is required: name one (--collection), or set rag.collection",
+                )
+            })
+    }
+
+    fn profile_of(&self, given: Option<String>) -> String {
+        given
+            .filter(|p| !p.trim().is_empty())
+            .unwrap_or_else(|| self.config.rag.profile.clone())
+    }
+
+    /// Checks the common fields of a retrieval or query; returns (collection, profile, query).
+    fn rag_query(&self, params: &QueryParams) -> Result<(RagQuery, String), ServiceError> {
+        ServiceError::require("query", &params.query)?;
+        let collection = self.collection_of(params.collection.clone())?;
+        self.require_collection(&collection)?;
+        let profile = self.profile_of(params.profile.clone());
+        Ok((
+            RagQuery {
+                text: params.query.clone(),
+                collection,
+                top_n: params.top_n.filter(|&n| n > 0),
+            },
+            profile,
+        ))
+    }
+
+    /// Lexical search straight from the BM25 index (the `bm25` mode override).
+    fn bm25_search(&self, query: &RagQuery) -> Result<RagAnswer, ServiceError> {
+        let started = Instant::now();
+        let top_n = query.top_n.unwrap_or(5);
+        let results = self.store.search(
+            &query.collection,
+            &SearchRequest {
+                mode: SearchMode::Bm25,
+                text: Some(query.text.clone()),
+                vector: None,
+                k: top_n,
+                rrf_k: self.config.rag.store.rrf_k,
+            },
+        )?;
+        let mut trace = RagTrace::default();
+        trace.push(
+            "retrieve",
+            started.elapsed().as_secs_f64() * 1000.0,
+            json!({"mode": "bm25", "top_k": top_n, "candidates": results.len(), "hybrid": false}),
+        );
+        trace.push("generate", 0.0, json!({"skipped": "retrieval-only"}));
+        let citations = results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| Citation {
+                marker: i as u32 + 1,
+                chunk_id: r.chunk.id,
+                source_id: r.chunk.source_id,
+                snippet: r.chunk.text,
+                score: r.score,
+                score_origin: r.origin,
+                start: r.chunk.start,
+                end: r.chunk.end,
+            })
+            .collect();
+        Ok(RagAnswer {
+            text: String::new(),
+            citations,
+            trace,
+        })
+    }
+}
+
+#[async_trait]
+impl KnowledgeApi for KnowledgeApp {
+    async fn ingest(
+        &self,
+        params: IngestParams,
+        progress: Option<IngestProgressFn<'_>>,
+    ) -> Result<IngestReport, ServiceError> {
+        ServiceError::require("collection", &params.collection)?;
+        if params.sources.is_empty() {
+            return Err(ServiceError::invalid(
+                "sources",
+                "name at least one path, glob or URL",
+            ));
+        }
+        let base_dir = match params.base_dir {
+            Some(dir) => dir,
+            None => std::env::current_dir().map_err(|e| {
+                ServiceError::Internal(format!("cannot read the working directory: {e}"))
+            })?,
+        };
+        let request = IngestRequest {
+            chunking: params
+                .chunking
+                .resolve(&self.config.rag.ingestion.default_chunking),
+            collection: params.collection,
+            base_dir,
+            sources: params.sources,
+            reindex: params.reindex,
+        };
+        let engine = self.engine().await?;
+        let _writing = self.gates.write(&request.collection).await;
+        let report = engine.host.ingestion.ingest(&request, progress).await?;
+        Ok(report)
+    }
+
+    async fn retrieve(&self, params: QueryParams) -> Result<RagAnswer, ServiceError> {
+        let (query, profile) = self.rag_query(&params)?;
+        let _reading = self.gates.read(&query.collection).await;
+        if params.mode == Some(SearchMode::Bm25) {
+            return self.bm25_search(&query);
+        }
+        let engine = self.engine().await?;
+        match params.mode {
+            Some(mode) => {
+                let mut settings = self.config.rag.clone();
+                settings.retrieval.hybrid.enabled = Some(mode == SearchMode::Hybrid);
+                let options = resolve_options(&profile, &settings)?;
+                let pipeline =
+                    StagedRagPipeline::new(&profile, options, engine.host.pipeline_deps(None))?;
+                Ok(RetrieveOnly::retrieve(&pipeline, &query).await?)
+            }
+            None => {
+                let pipeline = engine.resolver.resolve(&profile)?;
+                let retriever = pipeline.retriever().ok_or_else(|| {
+                    ServiceError::FailedPrecondition(format!(
+                        "profile '{profile}' cannot retrieve without generation; use query, or a staged profile (fast, balanced, quality)"
+                    ))
+                })?;
+                Ok(retriever.retrieve(&query).await?)
+            }
+        }
+    }
+
+    async fn query(&self, params: QueryParams) -> Result<RagAnswer, ServiceError> {
+        if params.mode.is_some() {
+            return Err(ServiceError::invalid(
+                "mode",
+                "applies to retrieval (search) only; a query runs its profile's retrieval",
+            ));
+        }
+        let (query, profile) = self.rag_query(&params)?;
+        let engine = self.engine().await?;
+        let pipeline = engine.resolver.resolve(&profile)?;
+        let _reading = self.gates.read(&query.collection).await;
+        Ok(pipeline.query(&query).await?)
+    }
+
+    async fn collections(&self) -> Result<Vec<CollectionInfo>, ServiceError> {
+        Ok(self.store.collections()?)
+    }
+
+    async fn manifest(&self, collection: &str) -> Result<Manifest, ServiceError> {
+        ServiceError::require("collection", collection)?;
+        self.require_collection(collection)?;
+        let _reading = self.gates.read(collection).await;
+        Ok(self.store.manifest(collection)?)
+    }
+
+    async fn delete(&self, collection: &str) -> Result<(), ServiceError> {
+        ServiceError::require("collection", collection)?;
+        self.require_collection(collection)?;
+        let _writing = self.gates.write(collection).await;
+        self.store.drop_collection(collection)?;
+        Ok(())
+    }
+
+    async fn evaluate(
+        &self,
+        params: EvalParams,
+        progress: Option<EvalProgressFn<'_>>,
+    ) -> Result<EvalOutcome, ServiceError> {
+        let dataset = load_dataset(&params.dataset, &params.split)?;
+        let floors = params.gate.as_deref().map(load_floors).transpose()?;
+        let engine = self.engine().await?;
+        let chat: Option<Arc<dyn ChatModel>> = if params.offline {
+            Some(Arc::new(ExtractiveModel::new(
+                &ExtractiveSettings::default(),
+            )))
+        } else {
+            build_chat_model(&self.config.llm).ok()
+        };
+        let host = &engine.host;
+        let resolver = host.resolver(&self.config, chat.clone());
+        // Retrieval metrics rank retrieve_k passages: lift the context budget so assembly does
+        // not cut the ranking (generation keeps the configured budget).
+        let mut deep = (*self.config).clone();
+        deep.rag.context.max_tokens = Some(1_000_000);
+        let retrieval_resolver = host.resolver(&deep, chat.clone());
+        let judge = if params.offline { None } else { chat };
+        let harness = EvalHarness::new(host.ingestion.clone(), resolver, judge)
+            .with_retrieval_resolver(retrieval_resolver);
+        let options = EvalOptions {
+            profiles: params.profiles,
+            offline: params.offline,
+            generate: params.generate,
+            concurrency: params.concurrency.max(1),
+            retrieve_k: params.retrieve_k,
+            cache_dir: Some(self.config.data_dir.join("eval-cache")),
+            ..EvalOptions::default()
+        };
+        let report = harness.run(&dataset, &options, progress).await?;
+        self.store.flush()?;
+        let markdown = render_markdown(&report);
+        let gate = floors.map(|floors| match check_gate(&report, &floors) {
+            Ok(()) => GateVerdict {
+                passed: true,
+                messages: vec![format!(
+                    "quality gate passed: {} recall@5 and MRR@10 at or above the floors set on {}",
+                    floors.profile, floors.set_on
+                )],
+            },
+            Err(failures) => GateVerdict {
+                passed: false,
+                messages: failures
+                    .into_iter()
+                    .map(|f| format!("quality gate failed: {f}"))
+                    .collect(),
+            },
+        });
+        Ok(EvalOutcome {
+            report,
+            markdown,
+            gate,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunking_overrides_merge_with_the_configured_defaults_in_one_way() {
+        let defaults = ChunkingSettings {
+            strategy: "recursive".into(),
+            max_tokens: 256,
+            overlap: 32,
+            breakpoint_percentile: 10,
+        };
+        assert_eq!(ChunkingOverrides::default().resolve(&defaults), None);
+        // An overridden strategy keeps the default size and overlap (it used to become 0 over
+        // gRPC).
+        let only_strategy = ChunkingOverrides {
+            strategy: Some("sentence".into()),
+            ..Default::default()
+        };
+        let merged = only_strategy.resolve(&defaults).expect("overridden");
+        assert_eq!(
+            (merged.strategy.as_str(), merged.max_tokens, merged.overlap),
+            ("sentence", 256, 32)
+        );
+        let explicit_zero = ChunkingOverrides {
+            overlap: Some(0),
+            ..Default::default()
+        };
+        let merged = explicit_zero.resolve(&defaults).expect("overridden");
+        assert_eq!(
+            (merged.strategy.as_str(), merged.max_tokens, merged.overlap),
+            ("recursive", 256, 0)
+        );
+    }
+}

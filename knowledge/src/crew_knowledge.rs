@@ -1,0 +1,319 @@
+//! Knowledge policy for crews — the implementation of the crews' `KnowledgeService` port:
+//! kickoff-time ingestion of a crew's `rag:` collections through the incremental pipeline
+//! (each collection ends `ready`, `empty` or `failed`), and retrieval-only augmentation (no
+//! LLM call) through the configured profile: one retrieval per attached collection, merged
+//! round robin into one numbered `[n]` block in the shared prompt convention.
+//!
+//! [`CollectionGates`] gives each collection a read/write gate: an ingestion (a kickoff's
+//! bootstrap, a hot reload, an API ingest or delete) holds it for writing, retrievals for
+//! reading, so a query never sees a collection with some of its changed sources updated and
+//! others not. Every surface that writes or reads a collection shares one set of gates.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use orkeon_crews::ports::{
+    CollectionRequest, CollectionState, CollectionStatus, KnowledgeBlock, KnowledgeCitation,
+    KnowledgeError, KnowledgeService, prompt_convention,
+};
+use serde_json::json;
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+use crate::ingest::{IngestRequest, IngestionPipeline};
+use crate::query::{ProfileResolver, RagQuery};
+use crate::settings::ChunkingSettings;
+use crate::types::Citation;
+
+/// One read/write gate per collection name.
+#[derive(Default)]
+pub struct CollectionGates {
+    gates: Mutex<HashMap<String, Arc<RwLock<()>>>>,
+}
+
+impl CollectionGates {
+    fn gate(&self, collection: &str) -> Arc<RwLock<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.entry(collection.to_string()).or_default().clone()
+    }
+
+    /// Waits until no writer holds the collection; readers share it.
+    pub async fn read(&self, collection: &str) -> OwnedRwLockReadGuard<()> {
+        self.gate(collection).read_owned().await
+    }
+
+    /// Waits until nobody reads or writes the collection, then holds it alone.
+    pub async fn write(&self, collection: &str) -> OwnedRwLockWriteGuard<()> {
+        self.gate(collection).write_owned().await
+    }
+}
+
+/// Knowledge for crews, over one process's ingestion pipeline and profile resolver.
+pub struct CrewKnowledge {
+    ingestion: Arc<IngestionPipeline>,
+    resolver: Arc<ProfileResolver>,
+    profile: String,
+    gates: Arc<CollectionGates>,
+}
+
+impl CrewKnowledge {
+    pub fn new(
+        ingestion: Arc<IngestionPipeline>,
+        resolver: Arc<ProfileResolver>,
+        profile: String,
+        gates: Arc<CollectionGates>,
+    ) -> Self {
+        Self {
+            ingestion,
+            resolver,
+            profile,
+            gates,
+        }
+    }
+
+    /// The gates this service respects (share them with every other writer and reader).
+    pub fn gates(&self) -> &Arc<CollectionGates> {
+        &self.gates
+    }
+
+    async fn bootstrap_one(&self, request: CollectionRequest) -> CollectionStatus {
+        let chunking = match request
+            .chunking
+            .clone()
+            .map(serde_json::from_value::<ChunkingSettings>)
+        {
+            None => None,
+            Some(Ok(chunking)) => Some(chunking),
+            Some(Err(error)) => {
+                return failed(&request.name, format!("invalid chunking settings: {error}"));
+            }
+        };
+        let ingest = IngestRequest {
+            collection: request.name.clone(),
+            base_dir: request.base_dir.clone(),
+            sources: request.sources.clone(),
+            chunking,
+            reindex: false,
+        };
+        let _writing = self.gates.write(&request.name).await;
+        match self.ingestion.ingest(&ingest, None).await {
+            Ok(report) => {
+                let chunks = self
+                    .ingestion
+                    .store()
+                    .collections()
+                    .ok()
+                    .and_then(|all| all.into_iter().find(|c| c.name == request.name))
+                    .map(|c| c.chunks)
+                    .unwrap_or(0);
+                let (state, reason) = if chunks == 0 {
+                    let why = if report.sources_total == 0 {
+                        "its sources matched no file".to_string()
+                    } else if !report.quarantined.is_empty() {
+                        format!("all {} sources were quarantined", report.quarantined.len())
+                    } else {
+                        "no chunk was produced".to_string()
+                    };
+                    (
+                        CollectionState::Empty,
+                        Some(format!("collection '{}' is empty: {why}", request.name)),
+                    )
+                } else {
+                    (CollectionState::Ready, None)
+                };
+                CollectionStatus {
+                    name: request.name,
+                    state,
+                    report: serde_json::to_value(&report).unwrap_or_default(),
+                    reason,
+                }
+            }
+            Err(error) => failed(&request.name, error.to_string()),
+        }
+    }
+}
+
+fn failed(name: &str, reason: String) -> CollectionStatus {
+    CollectionStatus {
+        name: name.to_string(),
+        state: CollectionState::Failed,
+        report: json!({}),
+        reason: Some(format!("collection '{name}' failed: {reason}")),
+    }
+}
+
+#[async_trait]
+impl KnowledgeService for CrewKnowledge {
+    async fn bootstrap(
+        &self,
+        collections: Vec<CollectionRequest>,
+    ) -> Result<Vec<CollectionStatus>, KnowledgeError> {
+        let mut statuses = Vec::with_capacity(collections.len());
+        for request in collections {
+            statuses.push(self.bootstrap_one(request).await);
+        }
+        Ok(statuses)
+    }
+
+    async fn augment(
+        &self,
+        collections: &[String],
+        query: &str,
+        max_passages: usize,
+    ) -> Result<KnowledgeBlock, KnowledgeError> {
+        let pipeline =
+            self.resolver
+                .resolve(&self.profile)
+                .map_err(|e| KnowledgeError::Profile {
+                    profile: self.profile.clone(),
+                    source: Box::new(e),
+                })?;
+        let retriever =
+            pipeline
+                .retriever()
+                .ok_or_else(|| KnowledgeError::RetrievalOnlyUnsupported {
+                    profile: self.profile.clone(),
+                })?;
+        let mut per_collection = Vec::new();
+        let mut traces = Vec::new();
+        for collection in collections {
+            let _reading = self.gates.read(collection).await;
+            let answer = retriever
+                .retrieve(&RagQuery {
+                    text: query.to_string(),
+                    collection: collection.clone(),
+                    top_n: Some(max_passages),
+                })
+                .await
+                .map_err(|e| KnowledgeError::Retrieval {
+                    collection: collection.clone(),
+                    source: Box::new(e),
+                })?;
+            traces.push(json!({"collection": collection, "trace": answer.trace}));
+            per_collection.push((collection.clone(), answer.citations));
+        }
+        let citations = merge_round_robin(&per_collection, max_passages);
+        Ok(KnowledgeBlock {
+            text: render_block(&citations),
+            citations,
+            trace: json!(traces),
+        })
+    }
+}
+
+/// Interleaves per-collection rankings by rank (round robin keeps every attached collection
+/// represented; within one collection its own order is kept) and numbers the result 1..=n.
+pub fn merge_round_robin(
+    per_collection: &[(String, Vec<Citation>)],
+    max_passages: usize,
+) -> Vec<KnowledgeCitation> {
+    let mut citations = Vec::new();
+    let mut rank = 0;
+    while citations.len() < max_passages {
+        let mut any = false;
+        for (collection, list) in per_collection {
+            let Some(c) = list.get(rank) else { continue };
+            any = true;
+            if citations.len() < max_passages {
+                citations.push(KnowledgeCitation {
+                    marker: citations.len() as u32 + 1,
+                    collection: collection.clone(),
+                    chunk_id: c.chunk_id.clone(),
+                    source_id: c.source_id.clone(),
+                    snippet: c.snippet.clone(),
+                    score: c.score,
+                    score_origin: c.score_origin.as_str().to_string(),
+                    start: c.start,
+                    end: c.end,
+                });
+            }
+        }
+        if !any {
+            break;
+        }
+        rank += 1;
+    }
+    citations
+}
+
+/// The numbered block, in the shared prompt convention.
+pub fn render_block(citations: &[KnowledgeCitation]) -> String {
+    if citations.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from(prompt_convention::CONTEXT_HEADER);
+    text.push('\n');
+    for c in citations {
+        let passage = c.snippet.split_whitespace().collect::<Vec<_>>().join(" ");
+        text.push_str(&format!(
+            "[{}] (source: {}) {}\n",
+            c.marker, c.source_id, passage
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ScoreOrigin;
+
+    fn citation(id: &str) -> Citation {
+        Citation {
+            marker: 0,
+            chunk_id: id.into(),
+            source_id: format!("kb/{id}.md"),
+            snippet: format!("text of {id}"),
+            score: 1.0,
+            score_origin: ScoreOrigin::Vector,
+            start: 0,
+            end: 10,
+        }
+    }
+
+    #[test]
+    fn round_robin_keeps_every_collection_and_numbers_from_one() {
+        let per = vec![
+            (
+                "a".to_string(),
+                vec![citation("a1"), citation("a2"), citation("a3")],
+            ),
+            ("b".to_string(), vec![citation("b1")]),
+        ];
+        let merged = merge_round_robin(&per, 4);
+        let ids: Vec<_> = merged.iter().map(|c| c.chunk_id.as_str()).collect();
+        assert_eq!(ids, ["a1", "b1", "a2", "a3"]);
+        let markers: Vec<_> = merged.iter().map(|c| c.marker).collect();
+        assert_eq!(markers, [1, 2, 3, 4]);
+        assert_eq!(merged[1].collection, "b");
+        assert_eq!(merge_round_robin(&per, 2).len(), 2);
+        assert!(merge_round_robin(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn the_block_follows_the_prompt_convention() {
+        let per = vec![("a".to_string(), vec![citation("a1"), citation("a2")])];
+        let block = render_block(&merge_round_robin(&per, 2));
+        assert!(block.starts_with("Context:\n[1] (source: kb/a1.md) text of a1\n"));
+        assert!(block.contains("[2] (source: kb/a2.md) text of a2"));
+        assert_eq!(render_block(&[]), "");
+    }
+
+    #[tokio::test]
+    async fn a_writer_excludes_readers_of_its_collection_only() {
+        let gates = CollectionGates::default();
+        let writing = gates.write("kb").await;
+        // Another collection is readable while kb is being written.
+        let _other = gates.read("other").await;
+        let blocked =
+            tokio::time::timeout(std::time::Duration::from_millis(50), gates.read("kb")).await;
+        assert!(
+            blocked.is_err(),
+            "a reader got in while kb was being written"
+        );
+        drop(writing);
+        let _reading = tokio::time::timeout(std::time::Duration::from_secs(1), gates.read("kb"))
+            .await
+            .expect("the reader gets in once the writer is done");
+    }
+}

@@ -1,0 +1,139 @@
+//! End to end: every `orkeon rag` command runs through one application layer, so the same
+//! scenario — ingest with chunking overrides, search with `--mode bm25`, collections, manifest,
+//! delete — prints the same JSON in-process and against a daemon with `--server` (timings and
+//! ingestion times aside). Real binary, real ONNX embeddings, real gRPC over loopback.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+use support::{Daemon, orkeon, run_failing, run_json};
+
+const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund. \
+The bike must be unused and in its original packaging.\n\n# Warranty\n\nFrames carry a lifetime \
+warranty; components are covered for two years.\n";
+const SHIPPING: &str = "# Shipping\n\nOrders ship from Lyon within 2 business days. Express delivery \
+costs 19 euros and arrives the next day in France.\n";
+
+/// Blanks what differs between two runs of the same work: durations and wall-clock times.
+fn normalise(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if matches!(key.as_str(), "duration_ms" | "ingested_at") {
+                    *v = Value::Null;
+                } else {
+                    normalise(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalise),
+        _ => {}
+    }
+}
+
+/// The scenario's outputs, in order, each normalised.
+fn scenario(work: &Path, data: &Path, server: Option<&str>) -> Vec<Value> {
+    let run = |args: &[&str]| {
+        let mut cmd = orkeon(work, data);
+        cmd.arg("--json").args(args);
+        if let Some(url) = server {
+            cmd.args(["--server", url]);
+        }
+        let mut value = run_json(&mut cmd);
+        normalise(&mut value);
+        value
+    };
+    vec![
+        run(&[
+            "rag",
+            "ingest",
+            "--collection",
+            "kb",
+            "--source",
+            "kb/**/*.md",
+            "--chunking",
+            "sentence",
+            "--max-tokens",
+            "96",
+        ]),
+        run(&[
+            "rag",
+            "search",
+            "--collection",
+            "kb",
+            "--query",
+            "How long is the warranty on components?",
+            "--mode",
+            "bm25",
+            "--top-n",
+            "3",
+        ]),
+        run(&["rag", "collections"]),
+        run(&["rag", "manifest", "kb"]),
+        run(&["rag", "delete", "kb"]),
+        run(&["rag", "collections"]),
+    ]
+}
+
+#[test]
+fn the_same_scenario_prints_the_same_json_locally_and_with_server() {
+    let work = tempfile::tempdir().expect("tempdir");
+    fs::create_dir_all(work.path().join("kb/policies")).expect("mkdir");
+    fs::write(work.path().join("kb/faq.md"), FAQ).expect("write");
+    fs::write(work.path().join("kb/policies/shipping.md"), SHIPPING).expect("write");
+    let crews = work.path().join("crews");
+    fs::create_dir_all(&crews).expect("mkdir");
+
+    let local = scenario(work.path(), &work.path().join("local-data"), None);
+
+    let daemon_data = work.path().join("daemon-data");
+    let daemon = Daemon::start(work.path(), &daemon_data, &crews, &[]);
+    let remote = scenario(
+        work.path(),
+        &work.path().join("client-data"),
+        Some(&daemon.url()),
+    );
+
+    // The overrides reached the chunker on both paths (sentence chunks, the configured
+    // overlap kept): the manifest records the same chunking fingerprint.
+    let chunking = local[3]["sources"][0]["chunking"]
+        .as_str()
+        .expect("chunking");
+    assert!(chunking.contains("sentence"), "{chunking}");
+    assert_eq!(
+        local[1]["citations"][0]["score_origin"], "bm25",
+        "{}",
+        local[1]
+    );
+    assert_eq!(local[4]["deleted"], true);
+    assert_eq!(local[5], serde_json::json!([]));
+    for (i, (l, r)) in local.iter().zip(&remote).enumerate() {
+        assert_eq!(
+            l,
+            r,
+            "step {i} differs\nlocal:  {}\nremote: {}",
+            serde_json::to_string_pretty(l).unwrap_or_default(),
+            serde_json::to_string_pretty(r).unwrap_or_default()
+        );
+    }
+
+    // Errors agree too: the same message for a collection that does not exist.
+    let fail = |server: Option<&str>, data: &str| {
+        let mut cmd = orkeon(work.path(), &work.path().join(data));
+        cmd.args(["rag", "manifest", "nope"]);
+        if let Some(url) = server {
+            cmd.args(["--server", url]);
+        }
+        String::from_utf8_lossy(&run_failing(&mut cmd).stderr).to_string()
+    };
+    let local_error = fail(None, "local-data");
+    let remote_error = fail(Some(&daemon.url()), "client-data");
+    assert!(
+        local_error.contains("collection 'nope' does not exist"),
+        "{local_error}"
+    );
+    assert_eq!(local_error, remote_error);
+}
