@@ -239,6 +239,38 @@ async fn kickoff_stream_resume_errors_concurrency_health_and_reflection() {
         .await
         .expect_err("unknown profile");
     assert_eq!(bad_profile.code(), Code::InvalidArgument);
+    // A top_n that used to abort the process (balanced: candidates follow top_n) is refused
+    // before any work, naming the field and the limit; the daemon keeps serving.
+    let huge = knowledge
+        .retrieve(pb::QueryRequest {
+            collection: "product-kb".into(),
+            query: "warranty".into(),
+            profile: "balanced".into(),
+            top_n: u32::MAX,
+            ..Default::default()
+        })
+        .await
+        .expect_err("top_n over the limit");
+    assert_eq!(huge.code(), Code::InvalidArgument);
+    assert!(
+        huge.message().contains("limits.max_top_n"),
+        "{}",
+        huge.message()
+    );
+    let long_query = knowledge
+        .retrieve(pb::QueryRequest {
+            collection: "product-kb".into(),
+            query: "warranty ".repeat(100_000),
+            ..Default::default()
+        })
+        .await
+        .expect_err("query over the limit");
+    assert_eq!(long_query.code(), Code::InvalidArgument);
+    assert!(
+        long_query.message().contains("limits.max_query_bytes"),
+        "{}",
+        long_query.message()
+    );
 
     // 50 concurrent queries, no error.
     let mut handles = Vec::new();

@@ -30,6 +30,8 @@ pub struct Config {
     pub prompts_dir: Option<PathBuf>,
     pub log: LogSettings,
     pub server: ServerSettings,
+    /// Bounds on what one request may ask for.
+    pub limits: Limits,
     pub embeddings: EmbeddingSettings,
     /// The chat model (`llm.provider`: extractive | openai; none configured: LLM calls fail
     /// with a message saying how to set one).
@@ -45,6 +47,7 @@ impl Default for Config {
             prompts_dir: None,
             log: LogSettings::default(),
             server: ServerSettings::default(),
+            limits: Limits::default(),
             embeddings: EmbeddingSettings::default(),
             llm: LlmSettings::default(),
             rag: RagSettings::default(),
@@ -96,6 +99,42 @@ impl Default for ServerSettings {
             max_request_bytes: 4 * 1024 * 1024,
             shutdown_grace_secs: 30,
         }
+    }
+}
+
+/// `limits:` — what one request may ask for. A request over a limit fails with an
+/// invalid-argument error naming the field and the limit (`limits.<key>`), before any work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest `top_n` (passages returned) of a search or query; the candidates a profile
+    /// retrieves and reranks follow top_n, so this also bounds their work.
+    pub max_top_n: usize,
+    /// Longest query text, in bytes.
+    pub max_query_bytes: usize,
+    /// Most sources (paths, globs, URLs) one ingest request may name.
+    pub max_sources_per_request: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_top_n: 100,
+            max_query_bytes: 8 * 1024,
+            max_sources_per_request: 256,
+        }
+    }
+}
+
+impl Limits {
+    /// `InvalidArgument`-style message when `value` exceeds `limit`.
+    pub fn check(key: &str, value: usize, limit: usize, unit: &str) -> Result<(), String> {
+        if value > limit {
+            return Err(format!(
+                "{value} {unit} is over the limit of {limit} (limits.{key})"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -32,7 +32,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use super::ServiceError;
-use crate::config::Config;
+use crate::config::{Config, Limits};
 use crate::knowledge_host::KnowledgeHost;
 
 /// Progress of an ingestion, for progress bars.
@@ -247,6 +247,18 @@ impl KnowledgeApp {
     /// Checks the common fields of a retrieval or query; returns (collection, profile, query).
     fn rag_query(&self, params: &QueryParams) -> Result<(RagQuery, String), ServiceError> {
         ServiceError::require("query", &params.query)?;
+        let limits = &self.config.limits;
+        Limits::check(
+            "max_query_bytes",
+            params.query.len(),
+            limits.max_query_bytes,
+            "bytes",
+        )
+        .map_err(|m| ServiceError::invalid("query", m))?;
+        if let Some(top_n) = params.top_n {
+            Limits::check("max_top_n", top_n, limits.max_top_n, "passages")
+                .map_err(|m| ServiceError::invalid("top_n", m))?;
+        }
         let collection = self.collection_of(params.collection.clone())?;
         self.require_collection(&collection)?;
         let profile = self.profile_of(params.profile.clone());
@@ -317,6 +329,13 @@ impl KnowledgeApi for KnowledgeApp {
                 "name at least one path, glob or URL",
             ));
         }
+        Limits::check(
+            "max_sources_per_request",
+            params.sources.len(),
+            self.config.limits.max_sources_per_request,
+            "sources",
+        )
+        .map_err(|m| ServiceError::invalid("sources", m))?;
         let base_dir = match params.base_dir {
             Some(dir) => dir,
             None => std::env::current_dir().map_err(|e| {
