@@ -114,6 +114,14 @@ pub struct Limits {
     pub max_query_bytes: usize,
     /// Most sources (paths, globs, URLs) one ingest request may name.
     pub max_sources_per_request: usize,
+    /// Runs executing at once; later kickoffs wait in line.
+    pub max_concurrent_runs: usize,
+    /// Runs waiting for a turn; past this, a kickoff is refused (RESOURCE_EXHAUSTED).
+    pub max_queued_runs: usize,
+    /// gRPC calls served at once (later ones wait).
+    pub max_concurrent_requests: usize,
+    /// Longest a unary gRPC call may take, in seconds (streams are not cut).
+    pub request_timeout_secs: u64,
 }
 
 impl Default for Limits {
@@ -122,6 +130,10 @@ impl Default for Limits {
             max_top_n: 100,
             max_query_bytes: 8 * 1024,
             max_sources_per_request: 256,
+            max_concurrent_runs: 8,
+            max_queued_runs: 256,
+            max_concurrent_requests: 64,
+            request_timeout_secs: 900,
         }
     }
 }

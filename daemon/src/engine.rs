@@ -28,6 +28,10 @@ pub enum EngineError {
     MissingInput(String),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    #[error(
+        "too many runs: {running} running and {queued} queued (limits.max_concurrent_runs, limits.max_queued_runs); try again when some have finished"
+    )]
+    Overloaded { running: usize, queued: usize },
     #[error(transparent)]
     Store(#[from] RunStoreError),
     #[error("{0}")]
@@ -43,6 +47,17 @@ pub struct CrewEngine {
     templates: Arc<PromptTemplates>,
     active: Mutex<HashMap<String, ActiveRun>>,
     shutting_down: watch::Sender<bool>,
+    /// One permit per run allowed to execute at once; the others wait in line.
+    slots: Arc<tokio::sync::Semaphore>,
+    max_concurrent: usize,
+    max_queued: usize,
+}
+
+/// How many runs execute at once, and how many may wait for a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub max_concurrent: usize,
+    pub max_queued: usize,
 }
 
 /// A run in flight: its cancel switch and its task.
@@ -69,7 +84,9 @@ impl CrewEngine {
         knowledge: Arc<dyn KnowledgeService>,
         llm: LlmSettings,
         templates: Arc<PromptTemplates>,
+        limits: RunLimits,
     ) -> Self {
+        let max_concurrent = limits.max_concurrent.max(1);
         Self {
             registry,
             runs,
@@ -78,7 +95,24 @@ impl CrewEngine {
             templates,
             active: Mutex::new(HashMap::new()),
             shutting_down: watch::channel(false).0,
+            slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
+            max_concurrent,
+            max_queued: limits.max_queued,
         }
+    }
+
+    /// Refuses a new run when every slot is taken and the line is full.
+    fn admit(&self) -> Result<(), EngineError> {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let in_flight = active.values().filter(|(_, h)| !h.is_finished()).count();
+        if in_flight >= self.max_concurrent + self.max_queued {
+            let running = self.max_concurrent - self.slots.available_permits();
+            return Err(EngineError::Overloaded {
+                running,
+                queued: in_flight.saturating_sub(running),
+            });
+        }
+        Ok(())
     }
 
     /// Starts a run of a registered crew; returns its record at once.
@@ -123,6 +157,12 @@ impl CrewEngine {
         {
             return Err(EngineError::MissingInput(missing));
         }
+        if let Some(key) = &idempotency_key
+            && let Some(existing) = self.runs.find_by_key(&spec.name, key)?
+        {
+            return Ok(existing);
+        }
+        self.admit()?;
         let record = RunRecord {
             run_id: uuid::Uuid::now_v7().to_string(),
             crew: spec.name.clone(),
@@ -144,7 +184,10 @@ impl CrewEngine {
         let engine = self.clone();
         let run_id = record.run_id.clone();
         let task_run_id = run_id.clone();
+        let slots = self.slots.clone();
         let handle = tokio::spawn(async move {
+            // Wait for a slot (bounded by admit); a closed semaphore never happens.
+            let _slot = slots.acquire_owned().await;
             engine
                 .execute(task_run_id.clone(), spec, inputs, cancel_rx)
                 .await;
@@ -234,6 +277,12 @@ impl CrewEngine {
             runs: self.runs.clone(),
             run_id: run_id.clone(),
         });
+        if *cancel.borrow() {
+            // Cancelled while it waited for a slot: it never started.
+            let reason = Some("cancelled before it started".to_string());
+            self.end(&sink, &run_id, RunStatus::Cancelled, reason, None);
+            return;
+        }
         sink.emit(RunEvent::RunStarted {
             run_id: run_id.clone(),
             crew: spec.name.clone(),
@@ -341,5 +390,101 @@ impl CrewEngine {
             reason = reason.as_deref().unwrap_or(""),
             "run ended"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use orkeon_crews::ports::{
+        CollectionRequest, CollectionStatus, KnowledgeBlock, KnowledgeError,
+    };
+    use orkeon_crews::run::store::MemoryRunStore;
+
+    /// Knowledge whose bootstrap waits until the test opens the gate: runs stay in flight.
+    struct GatedKnowledge {
+        open: watch::Sender<bool>,
+    }
+
+    #[async_trait]
+    impl KnowledgeService for GatedKnowledge {
+        async fn bootstrap(
+            &self,
+            collections: Vec<CollectionRequest>,
+        ) -> Result<Vec<CollectionStatus>, KnowledgeError> {
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|open| *open).await;
+            Ok(collections
+                .into_iter()
+                .map(|c| CollectionStatus {
+                    name: c.name,
+                    state: CollectionState::Ready,
+                    report: serde_json::json!({}),
+                    reason: None,
+                })
+                .collect())
+        }
+
+        async fn augment(
+            &self,
+            _collections: &[String],
+            _query: &str,
+            _max_passages: usize,
+        ) -> Result<KnowledgeBlock, KnowledgeError> {
+            Ok(KnowledgeBlock::default())
+        }
+    }
+
+    const CREW: &str = "name: slow\nrag:\n  collections:\n    kb:\n      sources: [kb/*.md]\nagents:\n  a:\n    role: R\n    goal: G\n    knowledge: [kb]\ntasks:\n  - name: t\n    agent: a\n    description: Say hello\n    expected_output: hello\n";
+
+    #[tokio::test]
+    async fn kickoffs_past_the_slots_and_the_line_are_refused_and_the_line_drains() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("slow.yaml");
+        std::fs::write(&file, CREW).expect("write");
+        let spec = orkeon_crews::spec::parse_crew_file(&file).expect("valid crew");
+        let registry = Arc::new(CrewRegistry::default());
+        registry.apply(&file, Ok(spec));
+        let knowledge = Arc::new(GatedKnowledge {
+            open: watch::channel(false).0,
+        });
+        let runs = Arc::new(Runs::new(Arc::new(MemoryRunStore::default())));
+        let engine = Arc::new(CrewEngine::new(
+            registry,
+            runs.clone(),
+            knowledge.clone(),
+            LlmSettings::default(),
+            Arc::new(PromptTemplates::load(None).expect("templates")),
+            RunLimits {
+                max_concurrent: 1,
+                max_queued: 2,
+            },
+        ));
+        let mut accepted = Vec::new();
+        for _ in 0..3 {
+            accepted.push(
+                engine
+                    .kickoff("slow", BTreeMap::new(), None)
+                    .expect("admitted"),
+            );
+        }
+        let refused = engine.kickoff("slow", BTreeMap::new(), None);
+        match refused {
+            Err(EngineError::Overloaded { running, queued }) => assert_eq!(running + queued, 3),
+            other => panic!("expected Overloaded, got {other:?}"),
+        }
+        // Open the gate: the one slot serves the line run by run.
+        knowledge.open.send_replace(true);
+        for run in &accepted {
+            let ended =
+                tokio::time::timeout(std::time::Duration::from_secs(20), engine.wait(&run.run_id))
+                    .await
+                    .expect("the run ends")
+                    .expect("wait");
+            assert!(ended.state.is_terminal(), "{ended:?}");
+        }
+        // The line drained: a new kickoff is admitted again.
+        assert!(engine.kickoff("slow", BTreeMap::new(), None).is_ok());
     }
 }

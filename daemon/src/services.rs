@@ -12,7 +12,7 @@ use orkeon_knowledge::query::ProfileResolver;
 
 use crate::actors::AugmenterHandle;
 use crate::config::Config;
-use crate::engine::CrewEngine;
+use crate::engine::{CrewEngine, RunLimits};
 use crate::knowledge_host::KnowledgeHost;
 use crate::registry::CrewRegistry;
 use crate::runs::Runs;
@@ -74,6 +74,10 @@ impl Services {
             augmenter.clone() as Arc<dyn KnowledgeService>,
             config.llm.clone(),
             templates,
+            RunLimits {
+                max_concurrent: config.limits.max_concurrent_runs,
+                max_queued: config.limits.max_queued_runs,
+            },
         ));
         let knowledge_app = Arc::new(KnowledgeApp::new(
             config.clone(),

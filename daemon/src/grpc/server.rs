@@ -1,5 +1,6 @@
-//! Server wiring: the listen policy (no unauthenticated non-loopback listener), request size
-//! limits, health and reflection, and the two services behind the token check.
+//! Server wiring: the listen policy (no unauthenticated non-loopback listener), request size,
+//! concurrency and time limits, health and reflection, and the two services behind the token
+//! check.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,7 +71,14 @@ pub async fn serve(
             .max_decoding_message_size(limit),
         check,
     );
+    let limits = &services.config.limits;
     tonic::transport::Server::builder()
+        .timeout(std::time::Duration::from_secs(
+            limits.request_timeout_secs.max(1),
+        ))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(
+            limits.max_concurrent_requests.max(1),
+        ))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(crews)

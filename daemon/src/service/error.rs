@@ -187,6 +187,7 @@ impl From<EngineError> for ServiceError {
             EngineError::InvalidCrew { .. } => ServiceError::FailedPrecondition(message),
             EngineError::MissingInput(_) => Self::invalid("inputs", message),
             EngineError::ShuttingDown => ServiceError::Unavailable(message),
+            EngineError::Overloaded { .. } => ServiceError::ResourceExhausted(message),
             EngineError::Store(store) => store.into(),
             EngineError::Setup(_) => ServiceError::Internal(message),
         }
