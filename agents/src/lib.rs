@@ -6,11 +6,9 @@
 //! - [`tools`]: the `rag_search`, `rag_ingest` and `rag_eval` tools offered to LLMs.
 //! - [`citations`]: reading `[n]` markers out of model output.
 //! - [`runner`]: [`runner::AgentTaskRunner`], the `crews::ports::TaskRunner` implementation.
-//! - [`scripted`]: a scripted OpenAI-compatible HTTP server for tests and offline demos.
 
 pub mod citations;
 pub mod llm;
 pub mod prompts;
 pub mod runner;
-pub mod scripted;
 pub mod tools;

@@ -205,13 +205,13 @@ mod tests {
     use orkeon_crews::ports::{
         AgentProfile, CollectionRequest, CollectionState, CollectionStatus, KnowledgeError,
     };
+    use orkeon_testkit::{ScriptReply, ScriptRule, ScriptedLlmServer};
     use serde_json::json;
 
     use super::*;
     use crate::llm::extractive::{ExtractiveModel, NO_CONTEXT_ANSWER};
     use crate::llm::openai::OpenAiChatModel;
     use crate::llm::{ExtractiveSettings, OpenAiChatSettings};
-    use crate::scripted::{ScriptReply, ScriptRule, ScriptedLlmServer};
     use crate::tools::EVAL_UNAVAILABLE;
 
     /// A `KnowledgeService` port double over a fixed in-memory passage list: ranks passages by

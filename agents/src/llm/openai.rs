@@ -555,11 +555,12 @@ fn drain_lines(state: &mut SseState) {
 
 #[cfg(test)]
 mod tests {
-    //! These tests talk to [`crate::scripted::ScriptedLlmServer`], a scripted OpenAI-compatible
+    //! These tests talk to `orkeon_testkit::ScriptedLlmServer`, a scripted OpenAI-compatible
     //! server on loopback standing in for a remote LLM.
 
+    use orkeon_testkit::{LoopbackServer, Reply, ScriptReply, ScriptRule, ScriptedLlmServer};
+
     use super::*;
-    use crate::scripted::{ScriptReply, ScriptRule, ScriptedLlmServer};
 
     fn settings(server: &ScriptedLlmServer) -> OpenAiChatSettings {
         OpenAiChatSettings {
@@ -728,19 +729,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_server_times_out() {
-        // A loopback listener that accepts connections and never answers.
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let holder = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                held.push(stream);
-            }
-        });
+        // A loopback server that reads the request and holds its answer back for an hour.
+        let server =
+            LoopbackServer::start(|_, _| Reply::empty(200).after(Duration::from_secs(3600)))
+                .await
+                .unwrap();
         let model = OpenAiChatModel::new(&OpenAiChatSettings {
-            base_url: format!("http://{addr}/v1"),
+            base_url: format!("{}/v1", server.base_url()),
             model: "m".into(),
             api_key_env: String::new(),
             timeout_ms: 200,
@@ -750,7 +745,6 @@ mod tests {
         .unwrap();
         let err = model.chat(question()).await.unwrap_err();
         assert!(matches!(err, ChatError::Timeout(200)), "{err:?}");
-        holder.abort();
     }
 
     #[test]

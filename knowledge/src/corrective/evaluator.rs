@@ -408,7 +408,9 @@ impl RetrievalEvaluator for LlmRetrievalEvaluator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::corrective::test_support::{ScriptedChat, chunk_with_text};
+    use orkeon_testkit::ScriptedChat;
+
+    use crate::corrective::test_support::chunk_with_text;
 
     #[test]
     fn heuristic_thresholds_grade_the_best_chunk() {

@@ -2,9 +2,9 @@
 //! evaluation corpus (`examples/rag/eval/corpus`, real files) ingested by the real ingestion
 //! pipeline into a real embedded store (sled + tantivy + vector index in a temp dir) with the
 //! real bge-small ONNX embedder. The LLM roles (grader, rewriter, generator, groundedness
-//! checker) are played by scripts, and each test says which: the query module's scripted
-//! OpenAI-compatible HTTP server on loopback (labelled `scripted-openai`), or its in-process
-//! scripted chat double (labelled `scripted`). Termination is asserted with iteration counts and
+//! checker) are played by scripts, and each test says which: the test kit's scripted
+//! OpenAI-compatible HTTP server on loopback behind its minimal client (answers labelled
+//! `scripted-openai:scripted`), or its in-process scripted chat double (labelled `scripted`). Termination is asserted with iteration counts and
 //! traces, never with time.
 
 use std::path::PathBuf;
@@ -12,13 +12,15 @@ use std::sync::{Arc, OnceLock};
 
 use orkeon_crews::graph::END;
 use orkeon_crews::ports::ChatModel;
+use orkeon_testkit::searxng::SECRET;
+use orkeon_testkit::{
+    FakeWeb, OpenAiCompatibleChat, SCRIPTED_OPENAI_LABEL, ScriptRule, ScriptedChat,
+    ScriptedLlmServer,
+};
 use serde_json::{Value, json};
 
 use super::pipeline::{CorrectiveComponents, CorrectiveRagPipeline};
 use super::state::{RagGraphState, node};
-use super::test_support::{
-    OpenAiCompatibleChat, SCRIPTED_MODEL, ScriptedChat, ScriptedOpenAiServer,
-};
 use super::{HeuristicQueryRewriter, HeuristicRetrievalEvaluator, register_profiles};
 use crate::embed::OnnxEmbedder;
 use crate::ingest::{IngestRequest, IngestionPipeline};
@@ -37,7 +39,6 @@ use crate::settings::{
 use crate::store::EmbeddedStore;
 use crate::types::{RagAnswer, ScoreOrigin, TraceStep};
 use crate::validate::QuarantineStore;
-use crate::web::fake_searxng::{FakeWeb, SECRET};
 use crate::web::{WebDocumentRetriever, WebSearchConfig, WebSearchRetriever};
 
 const COLLECTION: &str = "golden-slice";
@@ -191,11 +192,11 @@ fn query() -> RagQuery {
 // ---------------------------------------------------------------------------------------------
 
 /// Incorrect verdict → rewrite → re-retrieve → the right source cited. LLM roles: the scripted
-/// OpenAI-compatible HTTP server (`scripted-openai`).
+/// OpenAI-compatible HTTP server (`scripted-openai:scripted`).
 #[tokio::test]
 async fn incorrect_verdict_rewrite_and_re_retrieval_cite_the_right_source() {
     let fx = fixture().await;
-    let server = ScriptedOpenAiServer::start(&[
+    let server = ScriptedLlmServer::start(ScriptRule::queue(&[
         // evaluate (iteration 0)
         r#"{"verdict": "incorrect", "relevance": [0.2, 0.1], "rationale": "the passages describe an SSO incident and code names, not how long an idle session lasts"}"#,
         // rewrite_query
@@ -206,8 +207,9 @@ async fn incorrect_verdict_rewrite_and_re_retrieval_cite_the_right_source() {
         "Heron is Dashboard 3, whose sessions expire after 12 hours without activity [1].",
         // check_groundedness
         r#"{"grounded": true, "score": 1.0, "unsupported_claims": []}"#,
-    ])
-    .await;
+    ]))
+    .await
+    .expect("scripted LLM server");
     let chat: Arc<dyn ChatModel> = Arc::new(OpenAiCompatibleChat::new(server.base_url()));
     let deps = fx.deps(
         Some(chat.clone()),
@@ -260,7 +262,7 @@ async fn incorrect_verdict_rewrite_and_re_retrieval_cite_the_right_source() {
     let rewrite = &steps(&answer, node::REWRITE_QUERY)[0].detail;
     assert_eq!(rewrite["trigger"], "incorrect");
     assert_eq!(rewrite["rewriter"], "llm");
-    assert_eq!(rewrite["model"], SCRIPTED_MODEL);
+    assert_eq!(rewrite["model"], SCRIPTED_OPENAI_LABEL);
 
     assert_eq!(answer.citations.len(), 1);
     assert_eq!(answer.citations[0].source_id, RIGHT_SOURCE);
@@ -276,7 +278,7 @@ async fn incorrect_verdict_rewrite_and_re_retrieval_cite_the_right_source() {
     );
     assert_eq!(
         steps(&answer, node::GENERATE)[0].detail["model"],
-        SCRIPTED_MODEL
+        SCRIPTED_OPENAI_LABEL
     );
 
     // Five LLM calls; the rewrite was fed the rationale; generation answered the original
@@ -653,7 +655,7 @@ async fn a_broken_groundedness_loop_keeps_the_last_generated_answer() {
 fn web_retriever(web: &FakeWeb) -> Arc<dyn WebDocumentRetriever> {
     Arc::new(
         WebSearchRetriever::new(WebSearchConfig {
-            endpoint: reqwest::Url::parse(&web.searxng.base_url).unwrap(),
+            endpoint: reqwest::Url::parse(&web.searxng.base_url()).unwrap(),
             api_key: None,
             max_results: 5,
             timeout: std::time::Duration::from_secs(5),
@@ -668,7 +670,7 @@ fn web_retriever(web: &FakeWeb) -> Arc<dyn WebDocumentRetriever> {
 #[tokio::test]
 async fn web_fallback_needs_both_switches_and_never_passes_rejected_pages() {
     let fx = fixture().await;
-    let web = FakeWeb::start().await;
+    let web = FakeWeb::start().await.expect("fake web");
     let incorrect = r#"{"verdict": "incorrect", "rationale": "no passage about the generator"}"#;
     let question = RagQuery::new(
         "How long does the backup generator in building C run?",

@@ -329,7 +329,9 @@ impl QueryRewriter for LlmQueryRewriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::corrective::test_support::{ScriptedChat, chunk_with_text};
+    use orkeon_testkit::ScriptedChat;
+
+    use crate::corrective::test_support::chunk_with_text;
 
     #[test]
     fn heuristic_rewrite_expands_with_co_occurring_words() {

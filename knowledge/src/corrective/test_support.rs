@@ -1,13 +1,5 @@
-//! Test support shared by the corrective, routing and web tests: the query module's scripted
-//! chat double (the same source file, included here because `query::scripted_chat` is private
-//! to `query`) and small chunk constructors.
-
-// Included by path: the owning module keeps it private (see the module docs).
-#[allow(dead_code, clippy::duplicate_mod)]
-#[path = "../query/scripted_chat.rs"]
-mod scripted_chat;
-
-pub(crate) use scripted_chat::ScriptedChat;
+//! Test support shared by the corrective tests: small chunk constructors over knowledge types.
+//! The chat doubles and loopback servers live in the `orkeon-testkit` dev-dependency.
 
 use crate::types::{ScoreOrigin, ScoredChunk, StoredChunk};
 
@@ -29,10 +21,3 @@ pub(crate) fn chunk_with_text(id: &str, text: &str) -> ScoredChunk {
         origin: ScoreOrigin::Vector,
     }
 }
-
-// Included by path: the owning module keeps it private (see the module docs).
-#[allow(dead_code, clippy::duplicate_mod)]
-#[path = "../query/scripted_openai.rs"]
-mod scripted_openai;
-
-pub(crate) use scripted_openai::{OpenAiCompatibleChat, SCRIPTED_MODEL, ScriptedOpenAiServer};

@@ -12,8 +12,6 @@ pub mod models;
 pub mod onnx;
 pub mod openai;
 pub mod runtime;
-#[cfg(test)]
-mod scripted_http;
 mod session_pool;
 pub mod tokenizer;
 

@@ -683,7 +683,7 @@ pub fn fetch_all(
 mod tests {
     use super::*;
     use crate::embed::onnx::tests::shared_models;
-    use crate::embed::scripted_http::{Reply, ScriptedServer};
+    use orkeon_testkit::{LoopbackServer, Reply};
 
     fn search(models_dir: Option<&Path>, env_dir: Option<&Path>, cache: &Path) -> ModelSearch {
         ModelSearch {
@@ -826,12 +826,13 @@ mod tests {
     async fn scripted_hugging_face_download_is_verified_and_reports_progress() {
         const GOOD: &[u8] = b"model bytes";
         const BAD: &[u8] = b"tampered bytes";
-        let server = ScriptedServer::start(|request, _| match request.path.as_str() {
+        let server = LoopbackServer::start(|request, _| match request.path.as_str() {
             "/org/model/resolve/abc123/model.onnx" => Reply::bytes(200, GOOD.to_vec()),
             "/org/model/resolve/abc123/tokenizer.json" => Reply::bytes(200, BAD.to_vec()),
             _ => Reply::bytes(404, b"not found".to_vec()),
         })
-        .await;
+        .await
+        .expect("loopback server");
         let good_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(GOOD));
         let files: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
             ("model.onnx", &*Box::leak(good_sha.into_boxed_str())),
@@ -851,7 +852,7 @@ mod tests {
         };
         let cache = tempfile::tempdir().expect("tempdir");
         let mut model_search = search(None, None, cache.path());
-        model_search.hf_endpoint = server.base_url.clone();
+        model_search.hf_endpoint = server.base_url();
         let seen = std::sync::Mutex::new(Vec::new());
         let report = |p: FetchProgress| seen.lock().expect("lock").push(p);
         let result =

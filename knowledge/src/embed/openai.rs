@@ -296,8 +296,9 @@ impl Embedder for OpenAiEmbedder {
 
 #[cfg(test)]
 mod tests {
+    use orkeon_testkit::{LoopbackServer, Recorded, Reply};
+
     use super::*;
-    use crate::embed::scripted_http::{Recorded, Reply, ScriptedServer};
 
     /// Answers every input with the unnormalised vector [len, 1, 0, 0], listing the items in
     /// reverse order (clients must use `index`).
@@ -320,12 +321,12 @@ mod tests {
     }
 
     fn settings_for(
-        server: &ScriptedServer,
+        server: &LoopbackServer,
         batch_size: usize,
         max_retries: u32,
     ) -> OpenAiEmbeddingSettings {
         OpenAiEmbeddingSettings {
-            base_url: format!("{}/v1", server.base_url),
+            base_url: format!("{}/v1", server.base_url()),
             api_key_env: "ORKEON_TEST_EMBEDDINGS_KEY".into(),
             dimensions: None,
             timeout_ms: 5_000,
@@ -336,7 +337,9 @@ mod tests {
 
     #[tokio::test]
     async fn scripted_endpoint_batches_orders_and_normalises() {
-        let server = ScriptedServer::start(|request, _| embeddings_reply(request)).await;
+        let server = LoopbackServer::start(|request, _| embeddings_reply(request))
+            .await
+            .expect("loopback server");
         let settings = settings_for(&server, 2, 0);
         let embedder = OpenAiEmbedder::with_api_key(
             "text-embedding-3-small",
@@ -396,17 +399,16 @@ mod tests {
 
     #[tokio::test]
     async fn scripted_429_is_retried_then_succeeds() {
-        let server = ScriptedServer::start(|request, n| {
+        let server = LoopbackServer::start(|request, n| {
             if n == 0 {
-                let mut reply =
-                    Reply::json(429, serde_json::json!({"error": {"message": "slow down"}}));
-                reply.headers.push(("retry-after".into(), "0".into()));
-                reply
+                Reply::json(429, serde_json::json!({"error": {"message": "slow down"}}))
+                    .header("retry-after", "0")
             } else {
                 embeddings_reply(request)
             }
         })
-        .await;
+        .await
+        .expect("loopback server");
         let embedder =
             OpenAiEmbedder::with_api_key("m", &settings_for(&server, 8, 2), "k".into(), None)
                 .expect("client");
@@ -418,8 +420,9 @@ mod tests {
     #[tokio::test]
     async fn scripted_server_errors_exhaust_retries_and_report() {
         let server =
-            ScriptedServer::start(|_, _| Reply::json(503, serde_json::json!({"error": "down"})))
-                .await;
+            LoopbackServer::start(|_, _| Reply::json(503, serde_json::json!({"error": "down"})))
+                .await
+                .expect("loopback server");
         let embedder =
             OpenAiEmbedder::with_api_key("m", &settings_for(&server, 8, 1), "k".into(), None)
                 .expect("client");
@@ -432,8 +435,9 @@ mod tests {
         assert_eq!(server.requests().len(), 2);
         // A client error is not retried.
         let server =
-            ScriptedServer::start(|_, _| Reply::json(400, serde_json::json!({"error": "bad"})))
-                .await;
+            LoopbackServer::start(|_, _| Reply::json(400, serde_json::json!({"error": "bad"})))
+                .await
+                .expect("loopback server");
         let embedder =
             OpenAiEmbedder::with_api_key("m", &settings_for(&server, 8, 3), "k".into(), None)
                 .expect("client");
@@ -443,7 +447,9 @@ mod tests {
 
     #[tokio::test]
     async fn scripted_wrong_dimensions_are_refused() {
-        let server = ScriptedServer::start(|request, _| embeddings_reply(request)).await;
+        let server = LoopbackServer::start(|request, _| embeddings_reply(request))
+            .await
+            .expect("loopback server");
         let mut settings = settings_for(&server, 8, 0);
         settings.dimensions = Some(3);
         let embedder =

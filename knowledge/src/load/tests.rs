@@ -1,5 +1,5 @@
 //! Tests of the loaders on real files in temporary directories, a PDF built byte by byte, and a
-//! local HTTP server.
+//! local HTTP server (the test kit's loopback server).
 
 use std::path::{Path, PathBuf};
 
@@ -765,83 +765,35 @@ fn self_drawing_and_exploding_form_xobjects_are_refused() {
 // ---------------------------------------------------------------- URLs
 
 mod http {
-    //! A minimal HTTP/1.1 server on 127.0.0.1 for the URL tests.
+    //! The URL tests' remote pages, served by the test kit's loopback HTTP/1.1 server.
 
     use std::time::Duration;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use orkeon_testkit::{LoopbackServer, Recorded, Reply};
 
     pub const PAGE: &str =
         "<html><head><title>Remote</title></head><body><p>Remote body.</p></body></html>";
 
-    pub async fn start() -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                tokio::spawn(serve(stream));
-            }
-        });
-        format!("http://{address}")
+    /// Starts serving the pages; the server stops when the returned handle is dropped.
+    pub async fn start() -> LoopbackServer {
+        LoopbackServer::start(|request, _| page(request))
+            .await
+            .expect("loopback server")
     }
 
-    async fn serve(mut stream: TcpStream) {
-        let mut request = Vec::new();
-        let mut buffer = [0u8; 1024];
-        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => request.extend_from_slice(&buffer[..n]),
-            }
-        }
-        let request = String::from_utf8_lossy(&request);
-        let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
-        let response = |status: &str, headers: &str, body: &[u8]| {
-            let mut out = format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n",
-                body.len()
-            )
-            .into_bytes();
-            out.extend_from_slice(body);
-            out
-        };
-        let bytes = match path.as_str() {
-            "/page.html" | "/page" => response(
-                "200 OK",
-                "Content-Type: text/html; charset=utf-8\r\n",
-                PAGE.as_bytes(),
-            ),
-            "/notes" => response(
-                "200 OK",
-                "Content-Type: text/markdown\r\n",
-                b"# Notes\nRemote notes.",
-            ),
-            "/binary" => response(
-                "200 OK",
-                "Content-Type: application/octet-stream\r\n",
-                b"\x00\x01",
-            ),
-            "/missing" => response("404 Not Found", "", b"no"),
-            "/ftp" => response("302 Found", "Location: ftp://127.0.0.1/file.txt\r\n", b""),
-            "/declared-big" => {
-                response("200 OK", "Content-Type: text/plain\r\n", &vec![b'a'; 5_000])
-            }
+    fn page(request: &Recorded) -> Reply {
+        match request.path.as_str() {
+            "/page.html" | "/page" => Reply::html(200, PAGE),
+            "/notes" => Reply::typed(200, "text/markdown", "# Notes\nRemote notes."),
+            "/binary" => Reply::bytes(200, b"\x00\x01".to_vec()),
+            "/missing" => Reply::typed(404, "text/plain", "no"),
+            "/ftp" => Reply::empty(302).header("Location", "ftp://127.0.0.1/file.txt"),
+            "/declared-big" => Reply::typed(200, "text/plain", vec![b'a'; 5_000]),
+            // No Content-Length: the limit must be enforced while reading.
             "/streamed-big" => {
-                // No Content-Length: the limit must be enforced while reading.
-                let mut head =
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
-                        .to_vec();
-                head.extend(std::iter::repeat_n(b'b', 5_000));
-                head
+                Reply::typed(200, "text/plain", vec![b'b'; 5_000]).without_content_length()
             }
-            "/slow" => {
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                response("200 OK", "Content-Type: text/plain\r\n", b"late")
-            }
+            "/slow" => Reply::typed(200, "text/plain", "late").after(Duration::from_secs(3)),
             redirect if redirect.starts_with("/r/") => {
                 let remaining: u32 = redirect[3..].parse().unwrap_or(0);
                 let location = if remaining == 0 {
@@ -849,12 +801,10 @@ mod http {
                 } else {
                     format!("/r/{}", remaining - 1)
                 };
-                response("302 Found", &format!("Location: {location}\r\n"), b"")
+                Reply::empty(302).header("Location", location)
             }
-            _ => response("404 Not Found", "", b""),
-        };
-        let _ = stream.write_all(&bytes).await;
-        let _ = stream.shutdown().await;
+            _ => Reply::empty(404),
+        }
     }
 }
 
@@ -878,9 +828,10 @@ fn url_settings() -> IngestionSettings {
 #[tokio::test]
 async fn urls_are_fetched_and_parsed_by_content_type() {
     let server = http::start().await;
+    let base = server.base_url();
     let settings = url_settings();
 
-    let page = url_ref(&format!("{server}/page"));
+    let page = url_ref(&format!("{base}/page"));
     let raw = fetch(&page, &settings).await.unwrap();
     assert_eq!(raw.kind, SourceKind::Html);
     assert_eq!(
@@ -895,16 +846,16 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
     assert_eq!(docs[0].metadata["content_type"], "text/html; charset=utf-8");
 
     // The extension in the path wins over the content type.
-    let raw = fetch(&url_ref(&format!("{server}/page.html")), &settings)
+    let raw = fetch(&url_ref(&format!("{base}/page.html")), &settings)
         .await
         .unwrap();
     assert_eq!(raw.kind, SourceKind::Html);
-    let raw = fetch(&url_ref(&format!("{server}/notes")), &settings)
+    let raw = fetch(&url_ref(&format!("{base}/notes")), &settings)
         .await
         .unwrap();
     assert_eq!(raw.kind, SourceKind::Markdown);
 
-    let error = fetch(&url_ref(&format!("{server}/binary")), &settings)
+    let error = fetch(&url_ref(&format!("{base}/binary")), &settings)
         .await
         .unwrap_err();
     assert!(
@@ -913,7 +864,7 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
     );
     assert!(error.to_string().contains("application/octet-stream"));
 
-    let error = fetch(&url_ref(&format!("{server}/missing")), &settings)
+    let error = fetch(&url_ref(&format!("{base}/missing")), &settings)
         .await
         .unwrap_err();
     assert!(
@@ -931,9 +882,10 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
 #[tokio::test]
 async fn url_size_limit_is_enforced() {
     let server = http::start().await;
+    let base = server.base_url();
     let settings = url_settings();
     for path in ["/declared-big", "/streamed-big"] {
-        let error = fetch(&url_ref(&format!("{server}{path}")), &settings)
+        let error = fetch(&url_ref(&format!("{base}{path}")), &settings)
             .await
             .unwrap_err();
         assert!(
@@ -950,14 +902,15 @@ async fn url_size_limit_is_enforced() {
 #[tokio::test]
 async fn url_redirects_are_bounded_and_http_only() {
     let server = http::start().await;
+    let base = server.base_url();
     let settings = url_settings();
     // /r/1 → /r/0 → /page: two redirects, allowed.
-    let raw = fetch(&url_ref(&format!("{server}/r/1")), &settings)
+    let raw = fetch(&url_ref(&format!("{base}/r/1")), &settings)
         .await
         .unwrap();
     assert_eq!(raw.kind, SourceKind::Html);
     // Four redirects: refused.
-    let error = fetch(&url_ref(&format!("{server}/r/3")), &settings)
+    let error = fetch(&url_ref(&format!("{base}/r/3")), &settings)
         .await
         .unwrap_err();
     assert!(matches!(error, LoadError::Redirect { .. }), "{error}");
@@ -968,7 +921,7 @@ async fn url_redirects_are_bounded_and_http_only() {
         "{error}"
     );
     // To another scheme: refused.
-    let error = fetch(&url_ref(&format!("{server}/ftp")), &settings)
+    let error = fetch(&url_ref(&format!("{base}/ftp")), &settings)
         .await
         .unwrap_err();
     assert!(matches!(error, LoadError::Redirect { .. }), "{error}");
@@ -978,12 +931,13 @@ async fn url_redirects_are_bounded_and_http_only() {
 #[tokio::test]
 async fn url_timeout_is_enforced() {
     let server = http::start().await;
+    let base = server.base_url();
     let settings = IngestionSettings {
         url_timeout_ms: 300,
         ..url_settings()
     };
     let started = std::time::Instant::now();
-    let error = fetch(&url_ref(&format!("{server}/slow")), &settings)
+    let error = fetch(&url_ref(&format!("{base}/slow")), &settings)
         .await
         .unwrap_err();
     assert!(

@@ -329,7 +329,7 @@ pub fn default_checker(chat: Option<Arc<dyn ChatModel>>) -> Arc<dyn Groundedness
 mod tests {
     use super::*;
     use crate::query::fuse::tests::chunk;
-    use crate::query::scripted_chat::ScriptedChat;
+    use orkeon_testkit::ScriptedChat;
 
     fn context() -> Vec<ScoredChunk> {
         let mut a = chunk("a", 0.9, vec![]);

@@ -39,10 +39,6 @@ pub mod pipeline;
 mod pipeline_tests;
 pub mod profiles;
 pub mod rerank;
-#[cfg(test)]
-mod scripted_chat;
-#[cfg(test)]
-mod scripted_openai;
 pub mod transform;
 
 pub use groundedness::{

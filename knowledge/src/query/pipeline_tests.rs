@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use orkeon_crews::ports::ChatModel;
+use orkeon_testkit::{
+    OpenAiCompatibleChat, SCRIPTED_OPENAI_LABEL, ScriptRule, ScriptedChat, ScriptedLlmServer,
+};
 use serde_json::Value;
 
 use super::groundedness::HeuristicGroundednessChecker;
@@ -14,8 +17,6 @@ use super::options::resolve_options;
 use super::pipeline::{PipelineDeps, StagedRagPipeline};
 use super::profiles::ProfileResolver;
 use super::rerank::RerankerFactory;
-use super::scripted_chat::ScriptedChat;
-use super::scripted_openai::{OpenAiCompatibleChat, SCRIPTED_MODEL, ScriptedOpenAiServer};
 use super::transform::TransformerFactory;
 use super::{QueryError, RagPipeline, RagQuery, retrieve_only};
 use crate::embed::{Embedder, OnnxEmbedder};
@@ -221,10 +222,11 @@ const ALL_STAGES: [&str; 7] = [
 #[tokio::test]
 async fn fast_profile_answers_with_citations_through_a_scripted_openai_server() {
     // A scripted OpenAI-compatible server on loopback stands in for the LLM.
-    let server = ScriptedOpenAiServer::start(&[
+    let server = ScriptedLlmServer::start(ScriptRule::queue(&[
         "Customers have 30 days from delivery to request a refund [1]. The money goes back within five business days [9].",
-    ])
-    .await;
+    ]))
+    .await
+    .expect("scripted LLM server");
     let chat: Arc<dyn ChatModel> = Arc::new(OpenAiCompatibleChat::new(server.base_url()));
     let fx = fixture(Some(chat)).await;
     let p = pipeline("fast", &RagSettings::default(), &fx.deps);
@@ -247,7 +249,7 @@ async fn fast_profile_answers_with_citations_through_a_scripted_openai_server() 
         "Customers have 30 days from delivery to request a refund [1]. The money goes back within five business days."
     );
     let generate = &step(&answer, "generate").detail;
-    assert_eq!(generate["model"], SCRIPTED_MODEL);
+    assert_eq!(generate["model"], SCRIPTED_OPENAI_LABEL);
     assert_eq!(generate["removed_markers"], serde_json::json!([9]));
     assert_eq!(generate["cited"], serde_json::json!([1]));
     // Citations list only what was cited; [1] is the best-ranked refund passage.

@@ -395,7 +395,7 @@ impl Default for TransformerFactory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::scripted_chat::ScriptedChat;
+    use orkeon_testkit::ScriptedChat;
 
     fn chat(replies: &[&str]) -> Option<Arc<dyn ChatModel>> {
         Some(ScriptedChat::new(replies) as Arc<dyn ChatModel>)

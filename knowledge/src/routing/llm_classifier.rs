@@ -101,7 +101,7 @@ impl QueryComplexityClassifier for LlmClassifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::corrective::test_support::ScriptedChat;
+    use orkeon_testkit::ScriptedChat;
 
     #[test]
     fn routes_parse_tolerantly() {

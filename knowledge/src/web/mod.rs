@@ -104,6 +104,4 @@ pub trait WebDocumentRetriever: Send + Sync {
 }
 
 #[cfg(test)]
-pub(crate) mod fake_searxng;
-#[cfg(test)]
 mod tests;

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use orkeon_testkit::FakeWeb;
+use orkeon_testkit::searxng::SECRET;
 use reqwest::Url;
 
-use super::fake_searxng::{FakeWeb, SECRET};
 use super::search_retriever::{DEFAULT_MAX_REDIRECTS, best_passage};
 use super::*;
 use crate::query::options::WebFallbackSettings;
@@ -35,9 +36,9 @@ fn outcome_of<'a>(found: &'a WebRetrieval, path: &str) -> &'a PageReport {
 
 #[tokio::test]
 async fn pages_are_validated_and_private_addresses_refused() {
-    let web = FakeWeb::start().await;
+    let web = FakeWeb::start().await.expect("fake web");
     let retriever =
-        WebSearchRetriever::new(config(&web.searxng.base_url, SuspiciousAction::Flag)).unwrap();
+        WebSearchRetriever::new(config(&web.searxng.base_url(), SuspiciousAction::Flag)).unwrap();
     let found = retriever
         .retrieve("How long does the backup generator run?", 10)
         .await
@@ -122,9 +123,9 @@ async fn pages_are_validated_and_private_addresses_refused() {
 
 #[tokio::test]
 async fn suspicious_pages_can_be_dropped_and_results_are_capped() {
-    let web = FakeWeb::start().await;
+    let web = FakeWeb::start().await.expect("fake web");
     let retriever =
-        WebSearchRetriever::new(config(&web.searxng.base_url, SuspiciousAction::Drop)).unwrap();
+        WebSearchRetriever::new(config(&web.searxng.base_url(), SuspiciousAction::Drop)).unwrap();
     let found = retriever.retrieve("backup generator", 10).await.unwrap();
     assert_eq!(
         outcome_of(&found, "/pages/fuel.html").outcome,
@@ -140,16 +141,16 @@ async fn suspicious_pages_can_be_dropped_and_results_are_capped() {
 
 #[tokio::test]
 async fn oversized_pages_and_a_broken_endpoint_are_reported() {
-    let web = FakeWeb::start().await;
-    let mut small = config(&web.searxng.base_url, SuspiciousAction::Flag);
+    let web = FakeWeb::start().await.expect("fake web");
+    let mut small = config(&web.searxng.base_url(), SuspiciousAction::Flag);
     small.max_page_bytes = 64;
     let retriever = WebSearchRetriever::new(small).unwrap();
     // The search answer itself is over 64 bytes: the endpoint's failure is an error.
     let err = retriever.retrieve("generator", 3).await.unwrap_err();
     assert!(matches!(err, WebError::TooLarge { .. }), "{err}");
 
-    let mut missing = config(&web.searxng.base_url, SuspiciousAction::Flag);
-    missing.endpoint = Url::parse(&format!("{}/nowhere/", web.searxng.base_url)).unwrap();
+    let mut missing = config(&web.searxng.base_url(), SuspiciousAction::Flag);
+    missing.endpoint = Url::parse(&format!("{}/nowhere/", web.searxng.base_url())).unwrap();
     let err = WebSearchRetriever::new(missing)
         .unwrap()
         .retrieve("generator", 3)

@@ -144,7 +144,7 @@ impl Reranker for LlmListwiseReranker {
 mod tests {
     use super::*;
     use crate::query::fuse::tests::chunk;
-    use crate::query::scripted_chat::ScriptedChat;
+    use orkeon_testkit::ScriptedChat;
 
     fn candidates() -> Vec<ScoredChunk> {
         ["a", "b", "c", "d"]

@@ -1,23 +1,29 @@
-//! A scripted OpenAI-compatible chat-completions server on loopback, for tests and offline
-//! demos. It stands in for a remote LLM and says so: every answer's `model` is `scripted`.
+//! A scripted OpenAI-compatible chat-completions server on loopback, standing in for a remote
+//! LLM and saying so: every answer's `model` is [`SCRIPTED_MODEL`]. Plus
+//! [`OpenAiCompatibleChat`], a minimal `ChatModel` that talks to it over real HTTP, for crates
+//! that have no OpenAI client of their own.
 //!
-//! A small HTTP/1.1 responder on tokio (one request per connection, `Connection: close`,
-//! exact `Content-Length`). Replies come from rules: the first rule whose `when_contains` occurs
-//! in the last user message, else in any message, else the queue of default replies (rules
-//! without `when_contains`), else a 500. Every request body is recorded.
+//! The server is a [`LoopbackServer`] whose handler plays rules: the first rule whose
+//! `when_contains` occurs in the last user message, else in any message, else the queue of
+//! default replies (rules without `when_contains`), else a 500. It serves
+//! `POST /v1/chat/completions` and `POST /chat/completions`, plain or streamed (SSE), and
+//! records every request body.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
+use orkeon_crews::ports::{ChatError, ChatModel, ChatRequest, ChatResponse, Role, Usage};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+
+use crate::http::{LoopbackServer, Recorded, Reply, lock};
 
 /// The `model` of every scripted answer.
 pub const SCRIPTED_MODEL: &str = "scripted";
 
-const MAX_HEAD_BYTES: usize = 64 * 1024;
-const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// How [`OpenAiCompatibleChat`] labels the scripted server's answers:
+/// `<client name>:<answering model>`.
+pub const SCRIPTED_OPENAI_LABEL: &str = "scripted-openai:scripted";
 
 /// One scripted answer rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +53,14 @@ impl ScriptRule {
             times: None,
         }
     }
+
+    /// Text replies answered in order, one per request (then the server answers 500).
+    pub fn queue(texts: &[&str]) -> Vec<Self> {
+        texts
+            .iter()
+            .map(|text| Self::once(ScriptReply::Text((*text).to_owned())))
+            .collect()
+    }
 }
 
 /// What a rule answers.
@@ -55,255 +69,97 @@ pub enum ScriptReply {
     /// An assistant message with this text.
     Text(String),
     /// An assistant message calling one tool.
-    ToolCall {
-        name: String,
-        arguments: serde_json::Value,
-    },
+    ToolCall { name: String, arguments: Value },
     /// An HTTP error with this status (`429` carries `Retry-After: 0`).
     Status(u16),
-}
-
-#[derive(Debug, Default)]
-struct ScriptState {
-    rules: Vec<ScriptRule>,
-    requests: Vec<Value>,
-    answered: u64,
 }
 
 /// The running server; stops when dropped.
 #[derive(Debug)]
 pub struct ScriptedLlmServer {
-    addr: SocketAddr,
-    state: Arc<Mutex<ScriptState>>,
-    accept_loop: tokio::task::JoinHandle<()>,
+    server: LoopbackServer,
+    requests: Arc<Mutex<Vec<Value>>>,
 }
 
 impl ScriptedLlmServer {
-    /// Binds 127.0.0.1 on a free port and serves `POST /v1/chat/completions` and
-    /// `POST /chat/completions`.
+    /// Binds 127.0.0.1 on a free port and answers by `rules`.
     pub async fn start(rules: Vec<ScriptRule>) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(ScriptState {
-            rules: rules.into_iter().filter(|r| r.times != Some(0)).collect(),
-            ..ScriptState::default()
-        }));
-        let loop_state = Arc::clone(&state);
-        let accept_loop = tokio::spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let state = Arc::clone(&loop_state);
-                        tokio::spawn(async move {
-                            if let Err(e) = serve_connection(stream, state).await {
-                                tracing::debug!(error = %e, "scripted LLM connection ended with an error");
-                            }
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "scripted LLM server stopped accepting");
-                        break;
-                    }
-                }
-            }
-        });
-        tracing::info!(%addr, "scripted OpenAI-compatible LLM server listening (stands in for a remote LLM)");
-        Ok(Self {
-            addr,
-            state,
-            accept_loop,
+        let rules = Mutex::new(
+            rules
+                .into_iter()
+                .filter(|r| r.times != Some(0))
+                .collect::<Vec<_>>(),
+        );
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&requests);
+        let server = LoopbackServer::start(move |request, sequence| {
+            answer(request, sequence as u64 + 1, &rules, &recorded)
         })
+        .await?;
+        tracing::info!(addr = %server.addr(), "scripted OpenAI-compatible LLM server listening (stands in for a remote LLM)");
+        Ok(Self { server, requests })
     }
 
     /// `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("{}/v1", self.server.base_url())
     }
 
-    /// Every request body received so far, in arrival order.
-    pub fn requests(&self) -> Vec<serde_json::Value> {
-        lock(&self.state).requests.clone()
-    }
-}
-
-impl Drop for ScriptedLlmServer {
-    fn drop(&mut self) {
-        self.accept_loop.abort();
-    }
-}
-
-fn lock(state: &Mutex<ScriptState>) -> MutexGuard<'_, ScriptState> {
-    // The state stays consistent even if a holder panicked: every update is a single push/pop.
-    state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// An HTTP response ready to write.
-struct HttpResponse {
-    status: u16,
-    content_type: &'static str,
-    extra_headers: Vec<(&'static str, String)>,
-    body: Vec<u8>,
-}
-
-impl HttpResponse {
-    fn json(status: u16, body: &Value) -> Self {
-        Self {
-            status,
-            content_type: "application/json",
-            extra_headers: Vec::new(),
-            body: body.to_string().into_bytes(),
-        }
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
     }
 
-    fn error(status: u16, message: &str) -> Self {
-        Self::json(
-            status,
-            &json!({"error": {"message": message, "type": "scripted", "code": status}}),
-        )
-    }
-
-    fn to_bytes(&self) -> Vec<u8> {
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-            self.status,
-            reason_phrase(self.status),
-            self.content_type,
-            self.body.len()
-        );
-        for (name, value) in &self.extra_headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut bytes = head.into_bytes();
-        bytes.extend_from_slice(&self.body);
-        bytes
+    /// Every chat-completions request body received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.requests).clone()
     }
 }
 
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        413 => "Payload Too Large",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Scripted Status",
-    }
+fn scripted_error(status: u16, message: &str) -> Reply {
+    Reply::error(status, "scripted", message)
 }
 
-async fn serve_connection(
-    stream: TcpStream,
-    state: Arc<Mutex<ScriptState>>,
-) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream);
-    let response = match read_request(&mut reader).await? {
-        Some((method, path, body)) => answer(&method, &path, &body, &state),
-        None => return Ok(()),
-    };
-    let stream = reader.get_mut();
-    stream.write_all(&response.to_bytes()).await?;
-    stream.flush().await?;
-    stream.shutdown().await
-}
-
-/// Reads one request: method, path and body (`None` if the peer closed before a request line).
-async fn read_request(
-    reader: &mut BufReader<TcpStream>,
-) -> std::io::Result<Option<(String, String, Vec<u8>)>> {
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).await? == 0 {
-        return Ok(None);
-    }
-    let mut parts = request_line.split_whitespace();
-    let method = parts.next().unwrap_or_default().to_owned();
-    let path = parts.next().unwrap_or_default().to_owned();
-
-    let mut content_length = 0usize;
-    let mut head_bytes = request_line.len();
-    loop {
-        let mut line = String::new();
-        let n = reader.read_line(&mut line).await?;
-        head_bytes += n;
-        if n == 0 || line == "\r\n" || line == "\n" {
-            break;
-        }
-        if head_bytes > MAX_HEAD_BYTES {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "request head too large",
-            ));
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.trim().eq_ignore_ascii_case("content-length")
-        {
-            content_length = value.trim().parse().map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, "bad Content-Length")
-            })?;
-        }
-    }
-    if content_length > MAX_BODY_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "request body too large",
-        ));
-    }
-    let mut body = vec![0u8; content_length];
-    reader.read_exact(&mut body).await?;
-    Ok(Some((method, path, body)))
-}
-
-fn answer(method: &str, path: &str, body: &[u8], state: &Mutex<ScriptState>) -> HttpResponse {
-    let path = path.split('?').next().unwrap_or_default();
+fn answer(
+    request: &Recorded,
+    id: u64,
+    rules: &Mutex<Vec<ScriptRule>>,
+    requests: &Mutex<Vec<Value>>,
+) -> Reply {
+    let path = request.path_only();
     if !(path == "/v1/chat/completions" || path == "/chat/completions") {
-        return HttpResponse::error(
+        return scripted_error(
             404,
             &format!("the scripted LLM serves only POST /v1/chat/completions, not {path}"),
         );
     }
-    if method != "POST" {
-        return HttpResponse::error(405, "use POST");
+    if request.method != "POST" {
+        return scripted_error(405, "use POST");
     }
-    let request: Value = match serde_json::from_slice(body) {
+    let body: Value = match serde_json::from_slice(&request.body) {
         Ok(v) => v,
-        Err(e) => return HttpResponse::error(400, &format!("the body is not JSON: {e}")),
+        Err(e) => return scripted_error(400, &format!("the body is not JSON: {e}")),
     };
-    let stream = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let (reply, id) = {
-        let mut state = lock(state);
-        state.requests.push(request.clone());
-        state.answered += 1;
-        let id = state.answered;
-        (take_reply(&mut state.rules, &request), id)
-    };
-    let Some(reply) = reply else {
-        return HttpResponse::error(
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    lock(requests).push(body.clone());
+    let Some(reply) = take_reply(&mut lock(rules), &body) else {
+        return scripted_error(
             500,
             "no scripted reply matches this request and the default queue is empty",
         );
     };
-    let prompt_tokens = message_texts(&request)
+    let prompt_tokens = message_texts(&body)
         .iter()
         .map(|t| t.split_whitespace().count())
         .sum::<usize>();
     match reply {
         ScriptReply::Status(status) => {
-            let mut response =
-                HttpResponse::error(status, &format!("scripted failure with status {status}"));
+            let reply = scripted_error(status, &format!("scripted failure with status {status}"));
             if status == 429 {
-                response.extra_headers.push(("Retry-After", "0".to_owned()));
+                reply.header("Retry-After", "0")
+            } else {
+                reply
             }
-            response
         }
         reply if stream => stream_response(&reply, id),
         reply => completion_response(&reply, id, prompt_tokens),
@@ -379,7 +235,7 @@ fn unix_time() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn completion_response(reply: &ScriptReply, id: u64, prompt_tokens: usize) -> HttpResponse {
+fn completion_response(reply: &ScriptReply, id: u64, prompt_tokens: usize) -> Reply {
     let (message, finish_reason, completion_tokens) = match reply {
         ScriptReply::Text(text) => (
             json!({"role": "assistant", "content": text}),
@@ -392,11 +248,11 @@ fn completion_response(reply: &ScriptReply, id: u64, prompt_tokens: usize) -> Ht
             "tool_calls",
             1,
         ),
-        ScriptReply::Status(status) => return HttpResponse::error(*status, "scripted status"),
+        ScriptReply::Status(status) => return scripted_error(*status, "scripted status"),
     };
-    HttpResponse::json(
+    Reply::json(
         200,
-        &json!({
+        json!({
             "id": format!("chatcmpl-scripted-{id}"),
             "object": "chat.completion",
             "created": unix_time(),
@@ -413,7 +269,7 @@ fn completion_response(reply: &ScriptReply, id: u64, prompt_tokens: usize) -> Ht
 
 /// An SSE body: a role chunk, the text in word-sized deltas (or one tool-call delta), a finish
 /// chunk and `[DONE]`.
-fn stream_response(reply: &ScriptReply, id: u64) -> HttpResponse {
+fn stream_response(reply: &ScriptReply, id: u64) -> Reply {
     let chunk = |delta: Value, finish: Option<&str>| {
         json!({
             "id": format!("chatcmpl-scripted-{id}"),
@@ -437,7 +293,7 @@ fn stream_response(reply: &ScriptReply, id: u64) -> HttpResponse {
             events.push(chunk(json!({"tool_calls": [call]}), None));
             "tool_calls"
         }
-        ScriptReply::Status(status) => return HttpResponse::error(*status, "scripted status"),
+        ScriptReply::Status(status) => return scripted_error(*status, "scripted status"),
     };
     events.push(chunk(json!({}), Some(finish)));
     let mut body = String::new();
@@ -445,16 +301,104 @@ fn stream_response(reply: &ScriptReply, id: u64) -> HttpResponse {
         body.push_str(&format!("data: {event}\n\n"));
     }
     body.push_str("data: [DONE]\n\n");
-    HttpResponse {
-        status: 200,
-        content_type: "text/event-stream",
-        extra_headers: vec![("Cache-Control", "no-cache".to_owned())],
-        body: body.into_bytes(),
+    Reply::typed(200, "text/event-stream", body).header("Cache-Control", "no-cache")
+}
+
+/// A minimal OpenAI-compatible chat client (plain completions, text answers): enough to drive
+/// [`ScriptedLlmServer`] from a crate that has no OpenAI client. Its answers are labelled
+/// `scripted-openai:<answering model>` ([`SCRIPTED_OPENAI_LABEL`] for the scripted server).
+#[derive(Debug, Clone)]
+pub struct OpenAiCompatibleChat {
+    client: reqwest::Client,
+    base_url: String,
+}
+
+impl OpenAiCompatibleChat {
+    /// The client's name (its `ChatModel::name`).
+    pub const NAME: &str = "scripted-openai";
+
+    /// A client of `base_url` (e.g. [`ScriptedLlmServer::base_url`]).
+    pub fn new(base_url: String) -> Self {
+        Self {
+            client: reqwest::Client::new(),
+            base_url,
+        }
+    }
+}
+
+#[async_trait]
+impl ChatModel for OpenAiCompatibleChat {
+    fn name(&self) -> String {
+        Self::NAME.into()
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ChatError> {
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                    Role::Tool => "tool",
+                };
+                json!({"role": role, "content": m.content})
+            })
+            .collect();
+        let mut body = json!({"model": "test-model", "messages": messages});
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = request.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        if request.json_mode {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        let response = self
+            .client
+            .post(format!("{}/chat/completions", self.base_url))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| ChatError::Transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| ChatError::Transport(e.to_string()))?;
+        if status != 200 {
+            return Err(ChatError::Status { status, body: text });
+        }
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| ChatError::InvalidResponse(e.to_string()))?;
+        let content = value["choices"][0]["message"]["content"]
+            .as_str()
+            .ok_or_else(|| ChatError::InvalidResponse("no choices[0].message.content".into()))?
+            .to_string();
+        Ok(ChatResponse {
+            content,
+            model: format!(
+                "{}:{}",
+                Self::NAME,
+                value["model"].as_str().unwrap_or_default()
+            ),
+            usage: Usage {
+                prompt_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as u32,
+                completion_tokens: value["usage"]["completion_tokens"].as_u64().unwrap_or(0) as u32,
+            },
+            ..ChatResponse::default()
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use orkeon_crews::ports::ChatMessage;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
     use super::*;
 
     fn request(messages: Value) -> Value {
@@ -504,7 +448,7 @@ mod tests {
         ))])
         .await
         .unwrap();
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let mut stream = TcpStream::connect(server.addr()).await.unwrap();
         let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
         let raw = format!(
             "POST /chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -528,11 +472,53 @@ mod tests {
         );
 
         // The queue is empty now: a 500 says so.
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let mut stream = TcpStream::connect(server.addr()).await.unwrap();
         stream.write_all(raw.as_bytes()).await.unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).await.unwrap();
         assert!(response.starts_with("HTTP/1.1 500"), "{response}");
         assert!(response.contains("no scripted reply matches"), "{response}");
+    }
+
+    #[tokio::test]
+    async fn the_client_sends_the_request_and_labels_the_answer() {
+        let server = ScriptedLlmServer::start(ScriptRule::queue(&["first", "second"]))
+            .await
+            .unwrap();
+        let chat = OpenAiCompatibleChat::new(server.base_url());
+        assert_eq!(chat.name(), "scripted-openai");
+        let mut request = ChatRequest::new(vec![
+            ChatMessage::system("Be brief."),
+            ChatMessage::user("one two three"),
+        ]);
+        request.temperature = Some(0.5);
+        request.json_mode = true;
+        let response = chat.chat(request.clone()).await.unwrap();
+        assert_eq!(response.content, "first");
+        assert_eq!(response.model, SCRIPTED_OPENAI_LABEL);
+        assert_eq!(
+            SCRIPTED_OPENAI_LABEL,
+            format!("{}:{SCRIPTED_MODEL}", OpenAiCompatibleChat::NAME)
+        );
+        assert_eq!(response.usage.prompt_tokens, 5);
+        assert_eq!(response.usage.completion_tokens, 1);
+        assert_eq!(chat.chat(request.clone()).await.unwrap().content, "second");
+        // The queue is used up: the 500 is reported with its status.
+        match chat.chat(request).await {
+            Err(ChatError::Status { status: 500, body }) => {
+                assert!(body.contains("default queue is empty"), "{body}")
+            }
+            other => panic!("expected a 500, got {other:?}"),
+        }
+
+        let sent = &server.requests()[0];
+        assert_eq!(
+            sent["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(sent["messages"][1]["role"], "user");
+        assert_eq!(sent["temperature"], 0.5);
+        assert_eq!(sent["response_format"], json!({"type": "json_object"}));
+        assert!(sent.get("max_tokens").is_none());
     }
 }
