@@ -14,7 +14,6 @@ use orkeon_knowledge::query::{
 };
 use orkeon_knowledge::settings::EmbeddingSettings;
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
-use orkeon_knowledge::validate::QuarantineStore;
 
 use crate::config::Config;
 
@@ -42,8 +41,7 @@ impl KnowledgeHost {
             })?,
         );
         let embedder = build_embedder(&config.embeddings).context("cannot load the embedder")?;
-        let quarantine =
-            QuarantineStore::open(&store.db()).context("cannot open the quarantine")?;
+        let quarantine = store.quarantine().context("cannot open the quarantine")?;
         let ingestion = Arc::new(IngestionPipeline::new(
             store.clone() as Arc<dyn DocumentStore>,
             embedder.clone(),

@@ -34,7 +34,6 @@ use orkeon_knowledge::settings::{
     EmbeddingSettings, IngestionSettings, RagSettings, StoreSettings,
 };
 use orkeon_knowledge::store::EmbeddedStore;
-use orkeon_knowledge::validate::QuarantineStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -166,7 +165,7 @@ async fn run() -> BenchResult<serde_json::Value> {
         ..EmbeddingSettings::default()
     };
     let embedder = build_embedder(&embedding)?;
-    let quarantine = QuarantineStore::open(&store.db())?;
+    let quarantine = store.quarantine()?;
     let ingestion = Arc::new(IngestionPipeline::new(
         store.clone(),
         embedder.clone(),

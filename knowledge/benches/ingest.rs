@@ -18,7 +18,6 @@ use orkeon_knowledge::settings::{
     ChunkingSettings, EmbeddingSettings, IngestionSettings, StoreSettings,
 };
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
-use orkeon_knowledge::validate::QuarantineStore;
 
 const WORDS: &[&str] = &[
     "battery",
@@ -145,7 +144,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &work.path().join("data"),
         StoreSettings::default(),
     )?);
-    let quarantine = QuarantineStore::open(&store.db())?;
+    let quarantine = store.quarantine()?;
     let pipeline = IngestionPipeline::new(
         store.clone() as Arc<dyn DocumentStore>,
         embedder.clone(),

@@ -18,7 +18,6 @@ use orkeon_knowledge::settings::{
     EmbeddingSettings, IngestionSettings, RagSettings, StoreSettings,
 };
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
-use orkeon_knowledge::validate::QuarantineStore;
 
 fn models_dir() -> PathBuf {
     std::env::var_os("ORKEON_MODELS_DIR")
@@ -41,7 +40,7 @@ fn rig(data_dir: &Path) -> Rig {
         ..EmbeddingSettings::default()
     };
     let embedder = build_embedder(&embedding).unwrap();
-    let quarantine = QuarantineStore::open(&store.db()).unwrap();
+    let quarantine = store.quarantine().unwrap();
     let ingestion = Arc::new(IngestionPipeline::new(
         store.clone(),
         embedder.clone(),
@@ -393,7 +392,7 @@ async fn shipped_golden_dataset_fast_and_balanced() {
         ..EmbeddingSettings::default()
     };
     let embedder = build_embedder(&embedding).unwrap();
-    let quarantine = QuarantineStore::open(&store.db()).unwrap();
+    let quarantine = store.quarantine().unwrap();
     let ingestion = Arc::new(IngestionPipeline::new(
         store.clone(),
         embedder.clone(),

@@ -36,7 +36,6 @@ use crate::settings::{
 };
 use crate::store::EmbeddedStore;
 use crate::types::{RagAnswer, ScoreOrigin, TraceStep};
-use crate::validate::QuarantineStore;
 use crate::web::fake_searxng::{FakeWeb, SECRET};
 use crate::web::{WebDocumentRetriever, WebSearchConfig, WebSearchRetriever};
 
@@ -113,7 +112,7 @@ async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let store =
         Arc::new(EmbeddedStore::open(dir.path(), StoreSettings::default()).expect("store opens"));
-    let quarantine = QuarantineStore::open(&store.db()).expect("quarantine");
+    let quarantine = store.quarantine().expect("quarantine");
     let ingestion = IngestionPipeline::new(
         store.clone(),
         embedder(),

@@ -55,7 +55,7 @@ fn fixture() -> Fixture {
 }
 
 fn pipeline(f: &Fixture, embedder: Arc<dyn Embedder>) -> Arc<IngestionPipeline> {
-    let quarantine = QuarantineStore::open(&f.store.db()).expect("quarantine");
+    let quarantine = f.store.quarantine().expect("quarantine");
     Arc::new(IngestionPipeline::new(
         f.store.clone() as Arc<dyn DocumentStore>,
         embedder,

@@ -18,8 +18,8 @@ use tantivy::schema::{
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 use tracing::warn;
 
-use super::StoreError;
 use super::index_stamp::IndexStamp;
+use crate::store::StoreError;
 use crate::types::StoredChunk;
 
 const TEXT_ANALYZER: &str = "en_stem";
