@@ -2,12 +2,16 @@
 //!
 //! Implementations: local ONNX (`onnx`, through `ort` with `load-dynamic` and `tokenizers`) and
 //! an OpenAI-compatible `/v1/embeddings` HTTP client (`openai`). Model files and the ONNX
-//! Runtime library are resolved by `models` and `runtime`.
+//! Runtime library are resolved by `models` and `runtime`. For tests (`cfg(test)` or the
+//! `testing` feature): the model-free [`HashEmbedder`] (`hashing`) and its in-code WordPiece
+//! tokenizer (`test_tokenizer`).
 
 use std::sync::Arc;
 
 pub mod cross_encoder;
 pub mod fetch;
+#[cfg(any(test, feature = "testing"))]
+pub mod hashing;
 pub mod models;
 pub mod onnx;
 pub mod openai;
@@ -15,10 +19,14 @@ pub mod runtime;
 #[cfg(test)]
 mod scripted_http;
 mod session_pool;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_tokenizer;
 pub mod tokenizer;
 
 pub use cross_encoder::CrossEncoder;
 pub use fetch::FetchProgress;
+#[cfg(any(test, feature = "testing"))]
+pub use hashing::HashEmbedder;
 pub use models::{
     CATALOGUE, ModelKind, ModelSource, ModelSpec, ModelStatus, Pooling, fetch_all, model_status,
     resolve_model,

@@ -36,13 +36,19 @@ pub struct HfTokenCounter {
 impl HfTokenCounter {
     /// Loads `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self, EmbedError> {
-        let mut tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| {
+        let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| {
             EmbedError::Setup(format!("cannot read tokenizer {}: {e}", path.display()))
         })?;
+        Self::from_tokenizer(tokenizer)
+            .map_err(|e| EmbedError::Setup(format!("tokenizer {}: {e}", path.display())))
+    }
+
+    /// Wraps a tokenizer built in memory (padding and truncation switched off).
+    pub fn from_tokenizer(mut tokenizer: tokenizers::Tokenizer) -> Result<Self, EmbedError> {
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
-            .map_err(|e| EmbedError::Setup(format!("tokenizer {}: {e}", path.display())))?;
+            .map_err(|e| EmbedError::Setup(e.to_string()))?;
         Ok(Self { tokenizer })
     }
 
