@@ -19,13 +19,9 @@ use orkeon_knowledge::settings::{
 };
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        })
-}
+mod common;
+
+use common::models_dir;
 
 struct Rig {
     store: Arc<EmbeddedStore>,

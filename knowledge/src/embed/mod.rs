@@ -123,15 +123,18 @@ mod tests {
             "{err}"
         );
 
-        let local = EmbeddingSettings {
-            model: "all-MiniLM-L6-v2".into(),
-            models_dir: Some(onnx::tests::shared_models()),
+        // `onnx` loading the configured model is tested with the real model in
+        // `tests/models_embedding.rs`; here, a missing model fails naming where it looked.
+        let missing = EmbeddingSettings {
+            model: "no-such-model".into(),
+            models_dir: Some(std::path::PathBuf::from("/nonexistent/models")),
             ..EmbeddingSettings::default()
         };
-        let embedder = build_embedder(&local).expect("onnx embedder");
-        assert_eq!(
-            embedder.profile().to_string(),
-            "onnx:all-MiniLM-L6-v2 (384 dims)"
+        let err = build_embedder(&missing).err().expect("unknown model");
+        assert!(
+            err.to_string()
+                .contains("/nonexistent/models/no-such-model"),
+            "{err}"
         );
 
         let mut remote = EmbeddingSettings {

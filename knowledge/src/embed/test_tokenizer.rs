@@ -3,10 +3,12 @@
 //!
 //! It is configured like bge-small-en-v1.5's (BERT normaliser: lowercase, accents stripped,
 //! CJK characters split; BERT pre-tokeniser; WordPiece with `##` continuations; `[CLS] … [SEP]`
-//! templates) over a vocabulary of a few hundred common English words, every printable ASCII
-//! character (word-initial and `##` continuation) and a few suffixes: known words are one
-//! token, other ASCII words split into pieces, words with characters outside the vocabulary
-//! are one `[UNK]` — the shapes a real subword tokenizer produces.
+//! templates), and its vocabulary is a subset of bge-small's: every printable ASCII character
+//! (word-initial and `##` continuation) plus the pieces bge-small cuts the unit tests' texts
+//! into. Greedy longest-match over a subset that holds bge-small's pieces of a text finds those
+//! same pieces, so the tests' texts count exactly as bge-small counts them; other words split
+//! into more, smaller pieces, and a word with a character outside the vocabulary is one
+//! `[UNK]` — the shapes a real subword tokenizer produces.
 
 use std::sync::{Arc, OnceLock};
 
@@ -21,342 +23,47 @@ pub const CLS: u32 = 2;
 pub const SEP: u32 = 3;
 const SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
 
-/// Whole-word entries of the vocabulary.
-const WORDS: &[&str] = &[
-    "the",
-    "a",
-    "an",
-    "and",
-    "or",
-    "but",
-    "of",
-    "to",
-    "in",
-    "on",
-    "at",
-    "by",
-    "for",
-    "with",
-    "from",
-    "into",
-    "about",
-    "after",
-    "before",
-    "over",
-    "under",
-    "within",
-    "without",
-    "between",
-    "is",
-    "are",
-    "was",
-    "were",
-    "be",
-    "been",
-    "being",
-    "has",
-    "have",
-    "had",
-    "do",
-    "does",
-    "did",
-    "can",
-    "could",
-    "will",
-    "would",
-    "should",
-    "may",
-    "might",
-    "must",
-    "not",
-    "no",
-    "yes",
-    "it",
-    "its",
-    "this",
-    "that",
-    "these",
-    "those",
-    "there",
-    "here",
-    "what",
-    "which",
-    "who",
-    "whom",
-    "how",
-    "when",
-    "where",
-    "why",
-    "i",
-    "you",
-    "he",
-    "she",
-    "we",
-    "they",
-    "me",
-    "my",
-    "your",
-    "our",
-    "their",
-    "them",
-    "his",
-    "her",
-    "all",
-    "any",
-    "each",
-    "every",
-    "some",
-    "many",
-    "much",
-    "more",
-    "most",
-    "few",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "ten",
-    "first",
-    "second",
-    "next",
-    "last",
-    "new",
-    "old",
-    "long",
-    "short",
-    "free",
-    "full",
-    "same",
-    "other",
-    "only",
-    "also",
-    "just",
-    "then",
-    "than",
-    "so",
-    "if",
-    "as",
-    "up",
-    "out",
-    "again",
-    "once",
-    "day",
-    "days",
-    "week",
-    "weeks",
-    "month",
-    "months",
-    "year",
-    "years",
-    "hour",
-    "hours",
-    "time",
-    "date",
-    "today",
-    "customer",
-    "customers",
-    "order",
-    "orders",
-    "refund",
-    "refunds",
-    "return",
-    "returns",
-    "request",
-    "requested",
-    "delivery",
-    "shipping",
-    "express",
-    "standard",
-    "europe",
-    "business",
-    "payment",
-    "method",
-    "original",
-    "paid",
-    "back",
-    "money",
-    "warranty",
-    "cover",
-    "covers",
-    "covering",
-    "damage",
-    "accidental",
-    "water",
-    "device",
-    "devices",
-    "defects",
-    "support",
-    "email",
-    "phone",
-    "weekdays",
-    "available",
-    "clock",
-    "around",
-    "city",
-    "people",
-    "live",
-    "population",
-    "capital",
-    "museum",
-    "art",
-    "famous",
-    "berlin",
-    "paris",
-    "york",
-    "france",
-    "germany",
-    "policy",
-    "details",
-    "window",
-    "thirty",
-    "sixty",
-    "word",
-    "words",
-    "text",
-    "chunk",
-    "chunks",
-    "token",
-    "tokens",
-    "store",
-    "knowledge",
-    "retrieval",
-    "embedding",
-    "document",
-    "documents",
-    "sentence",
-    "sentences",
-    "paragraph",
-    "section",
-    "title",
-    "heading",
-    "list",
-    "item",
-    "code",
-    "data",
-    "file",
-    "files",
-    "page",
-    "pages",
-    "question",
-    "answer",
-    "context",
-    "source",
-    "sources",
-    "query",
-    "search",
-    "result",
-    "results",
-    "session",
-    "sessions",
-    "expire",
-    "activity",
-    "login",
-    "sign",
-    "dashboard",
-    "plan",
-    "plans",
-    "cloud",
-    "team",
-    "work",
-    "remote",
-    "office",
-    "product",
-    "products",
-    "price",
-    "prices",
-    "service",
-    "user",
-    "users",
-    "account",
-    "help",
-    "hello",
-    "world",
-    "hi",
-    "yes",
-    "ok",
-    "pasta",
-    "water",
-    "salt",
-    "boil",
-    "sauce",
-    "cook",
-    "minutes",
-    "star",
-    "stars",
-    "sun",
-    "light",
-    "galaxy",
-    "universe",
-    "night",
-    "sky",
-    "planet",
-    "planets",
-    "space",
-    "top",
-    "sub",
-    "note",
-    "see",
-    "use",
-    "used",
-    "using",
-    "make",
-    "made",
-    "get",
-    "got",
-    "take",
-    "run",
-    "runs",
-    "set",
-    "keep",
-    "kept",
-    "need",
-    "needs",
-    "want",
-    "find",
-    "found",
-    "give",
-    "given",
-    "know",
-    "known",
-    "say",
-    "said",
-    "like",
-    "well",
-    "very",
-    "good",
-    "great",
-    "small",
-    "large",
-    "big",
-    "high",
-    "low",
-    "part",
-    "parts",
-    "case",
-    "cases",
-    "way",
-    "ways",
-    "thing",
-    "things",
-    "number",
-    "numbers",
-    "name",
-    "names",
-    "value",
-    "values",
-    "example",
-    "line",
-    "lines",
-];
+/// Words and pieces beyond the single characters (all in bge-small-en-v1.5's vocabulary).
+const VOCABULARY: &str = "\
+00 01 03 141 17 202 256 30 42 520 82 89 aaa abc about accents accidental account activity \
+add after again all also an and another answer any api are area around arrives art as \
+assemble at aus available away back batteries be been before being berlin between bien big \
+boil both bring builds business but by c2 ca can capital carry case cases charge cheap chose \
+chunk chunks city clauses clean clock closed cloud code comment components con context cook \
+costs could counts cover covering covers customer customers damage dashboard data date day \
+days deep defects delivery derived details device devices did dim do document documents does \
+don duration dusk each edges edit ee em email embedded empty en errors europe every ex \
+example express fa fail famous few file files find first five flow follows for found four \
+france free from full fuse fusion galaxy generate germany get give given go good got gr \
+great guide had has hash have he heading hello help her here hi high his hour hours how html \
+hybrid if ii in inc ind index ing inhabitants install into intro is it item its just kb keep \
+keeps kept key kilometers know knowledge known knows ko large last light like line lines \
+linux list live loaded log long longer low made make manager manual manufacturing many \
+marche mark may md me meeting met method metropolitan might minutes money month months more \
+most mr much museum must my naive name names need needs new next night no nobody non noodles \
+noon not note number numbers of office ok old on once one only or order orders original \
+other our out outside over package page pages paid paragraph paris part parts passages pasta \
+payment people phone pieces placed plain plan planet planets plans policy population pot pre \
+press price prices product products que query question rank rankings re rebuilt rec \
+reciprocal records ref reference registered remote request requested result results \
+retrieval retrieve return returns rocks rolling run runs safety said salt same sauce say sc \
+search second section see semantic senator sentence sentences sep service session sessions \
+set seven sh sharp she shell shipping short should si sign six sixty sky sl small smith so \
+some source sources space spaghetti split square sr stage staged standard star stars starts \
+step stick still stir store structural sub sun supplied support take takes team ten test \
+text than that the their them then there these they thing things thirty this those three \
+through tile time title to today together token top trace transform tres two uber un \
+unchanged under unicode universe until up use used user users using va valid value values \
+vector very vocabulary waited want warrant was washington water way ways we week weekdays \
+weeks welcome well went were what when where which who whole whom why will window with \
+within without word words work world would ya year years yes york you your zero zurich ε κ τ \
+р т э — 。 て の 分 文 日 本 語 ﬁ ##00 ##25 ##59 ##al ##am ##arat ##ated ##bed ##ble ##codes ##ding \
+##down ##ed ##ee ##ental ##ented ##er ##ers ##es ##est ##fi ##gur ##hre ##ibe ##in ##ing \
+##ion ##ive ##ke ##kt ##ly ##ment ##ml ##nta ##oj ##on ##or ##pire ##ram ##rank ##rem ##ries \
+##tag ##time ##tion ##und ##unds ##urs ##ße ##α ##ε ##η ##ι ##κ ##λ ##μ ##ν ##ος ##е ##ии \
+##к ##о ##с ##т ##у ##す ##キ ##ス ##テ ##ト";
 
-/// Continuation pieces beyond the single characters.
-const SUFFIXES: &[&str] = &[
-    "##s", "##es", "##ed", "##ing", "##ly", "##er", "##ers", "##est", "##tion", "##ment", "##al",
-];
-
-/// The vocabulary: specials first (ids 0–4), then words, characters and pieces.
+/// The vocabulary: specials first (ids 0–4), then characters, words and pieces.
 fn vocabulary() -> Map<String, Value> {
     let mut vocab = Map::new();
     let mut add = |token: String| {
@@ -366,17 +73,14 @@ fn vocabulary() -> Map<String, Value> {
     for special in SPECIALS {
         add(special.to_string());
     }
-    for word in WORDS {
-        add(word.to_string());
-    }
     for c in (b'!'..=b'~').map(char::from) {
         if !c.is_ascii_uppercase() {
             add(c.to_string());
             add(format!("##{c}"));
         }
     }
-    for suffix in SUFFIXES {
-        add(suffix.to_string());
+    for token in VOCABULARY.split_whitespace() {
+        add(token.to_string());
     }
     vocab
 }
@@ -437,31 +141,39 @@ pub fn token_id(token: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::TokenCounter;
+
+    fn pieces(text: &str) -> Vec<String> {
+        test_tokenizer()
+            .tokenizer()
+            .encode(text, false)
+            .expect("encodes")
+            .get_tokens()
+            .to_vec()
+    }
 
     #[test]
-    fn known_words_are_one_token_and_others_split_into_pieces() {
+    fn known_pieces_are_bge_smalls_and_other_words_split_further() {
+        // As bge-small cuts them.
+        assert_eq!(pieces("Hello, world"), ["hello", ",", "world"]);
+        assert_eq!(pieces("refunds"), ["ref", "##unds"]);
+        assert_eq!(
+            pieces("how many people live in berlin"),
+            ["how", "many", "people", "live", "in", "berlin"]
+        );
+        // A word whose pieces are not in the vocabulary: characters, never [UNK]
+        // (bge-small: x ##y ##zzy).
+        assert_eq!(pieces("xyzzy"), ["x", "##y", "##z", "##z", "##y"]);
+        // Accents are stripped, case is folded; CJK characters stand alone.
+        assert_eq!(pieces("Café"), pieces("cafe"));
+        assert_eq!(pieces("日本"), ["日", "本"]);
+        // A character outside the vocabulary makes its word one [UNK].
+        assert_eq!(pieces("Ωμέγα"), ["[UNK]"]);
         let counter = test_tokenizer();
-        assert_eq!(counter.count_tokens(""), 0);
-        assert_eq!(counter.count_tokens("Hello, world"), 3);
-        assert_eq!(counter.count_tokens("refunds"), 1);
-        // An unknown ASCII word: a known prefix then pieces, never [UNK].
-        let pieces = counter
-            .tokenizer()
-            .encode("xyzzy", false)
-            .expect("encodes")
-            .get_ids()
-            .to_vec();
-        assert_eq!(pieces.len(), 5);
-        assert!(!pieces.contains(&UNK));
-        // Characters outside the vocabulary: one [UNK] per word, one token per CJK character.
-        let unknown = counter
-            .tokenizer()
-            .encode("Ελληνικά 日本", false)
-            .expect("encodes");
-        assert_eq!(unknown.get_ids(), [UNK, UNK, UNK]);
-        // Accents are stripped, case is folded.
-        assert_eq!(counter.count_tokens("Café"), counter.count_tokens("cafe"));
+        assert_eq!(
+            crate::embed::TokenCounter::count_tokens(counter.as_ref(), ""),
+            0
+        );
         assert_eq!(token_id("[PAD]"), Some(PAD));
+        assert_eq!(token_id("[UNK]"), Some(UNK));
     }
 }

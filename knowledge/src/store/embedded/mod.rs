@@ -587,6 +587,15 @@ impl EmbeddedStore {
             .unwrap_or_else(PoisonError::into_inner) = Some(hook);
     }
 
+    /// Overwrites a source's manifest entry with raw bytes (tests of corrupt entries).
+    #[cfg(test)]
+    pub(crate) fn damage_manifest_entry(&self, collection: &str, source_id: &str, bytes: &[u8]) {
+        self.collection(collection)
+            .unwrap()
+            .tree
+            .insert_raw(&layout::source_key(source_id), bytes);
+    }
+
     /// What the derived indexes of a collection hold, for consistency checks in tests.
     #[cfg(test)]
     pub(crate) fn index_state(&self, name: &str) -> IndexState {
