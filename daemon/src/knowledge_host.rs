@@ -14,7 +14,6 @@ use orkeon_knowledge::query::{
 };
 use orkeon_knowledge::settings::EmbeddingSettings;
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
-use orkeon_knowledge::validate::QuarantineStore;
 
 use crate::config::Config;
 
@@ -52,8 +51,7 @@ impl KnowledgeHost {
     pub fn with_store(config: &Config, store: Arc<EmbeddedStore>) -> anyhow::Result<Self> {
         let data_dir = config.data_dir.clone();
         let embedder = build_embedder(&config.embeddings).context("cannot load the embedder")?;
-        let quarantine =
-            QuarantineStore::open(&store.db()).context("cannot open the quarantine")?;
+        let quarantine = store.quarantine().context("cannot open the quarantine")?;
         let ingestion = Arc::new(IngestionPipeline::new(
             store.clone() as Arc<dyn DocumentStore>,
             embedder.clone(),

@@ -34,7 +34,7 @@ use orkeon_knowledge::settings::{
     EmbeddingSettings, IngestionSettings, RagSettings, StoreSettings,
 };
 use orkeon_knowledge::store::EmbeddedStore;
-use orkeon_knowledge::validate::QuarantineStore;
+use orkeon_knowledge::testing::models_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -49,14 +49,6 @@ fn env_usize(name: &str, default: usize) -> BenchResult<usize> {
             .map_err(|e| format!("{name}={value:?} is not a whole number: {e}").into()),
         Err(_) => Ok(default),
     }
-}
-
-fn models_dir() -> PathBuf {
-    std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        })
 }
 
 /// A pronounceable pseudo-word per index (distinct for distinct indexes).
@@ -166,7 +158,7 @@ async fn run() -> BenchResult<serde_json::Value> {
         ..EmbeddingSettings::default()
     };
     let embedder = build_embedder(&embedding)?;
-    let quarantine = QuarantineStore::open(&store.db())?;
+    let quarantine = store.quarantine()?;
     let ingestion = Arc::new(IngestionPipeline::new(
         store.clone(),
         embedder.clone(),

@@ -8,7 +8,6 @@
 //! `ORKEON_MODELS_DIR`, `ORKEON_EMBEDDINGS__BATCH_SIZE`-style overrides are not read here;
 //! use `ORKEON_BENCH_BATCH` and `ORKEON_BENCH_THREADS`).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,7 +17,7 @@ use orkeon_knowledge::settings::{
     ChunkingSettings, EmbeddingSettings, IngestionSettings, StoreSettings,
 };
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
-use orkeon_knowledge::validate::QuarantineStore;
+use orkeon_knowledge::testing::models_dir;
 
 const WORDS: &[&str] = &[
     "battery",
@@ -129,11 +128,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&corpus)?;
     write_corpus(&corpus, docs)?;
 
-    let models_dir = std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        });
+    let models_dir = models_dir();
     let settings = EmbeddingSettings {
         models_dir: Some(models_dir),
         batch_size: env_usize("ORKEON_BENCH_BATCH", 2),
@@ -145,7 +140,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &work.path().join("data"),
         StoreSettings::default(),
     )?);
-    let quarantine = QuarantineStore::open(&store.db())?;
+    let quarantine = store.quarantine()?;
     let pipeline = IngestionPipeline::new(
         store.clone() as Arc<dyn DocumentStore>,
         embedder.clone(),

@@ -41,6 +41,7 @@ use orkeon_knowledge::store::{
     DocumentStore, EmbeddedStore, SearchMode, SearchRequest, SourceRecord, VectorIndexStatus,
     hybrid_depths,
 };
+use orkeon_knowledge::testing::models_dir;
 use orkeon_knowledge::types::{EmbeddingProfile, Metadata, StoredChunk};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -891,11 +892,7 @@ fn main() -> BenchResult<()> {
         .map(|p| p.trim().to_ascii_lowercase())
         .filter(|p| !p.is_empty())
         .collect();
-    let models_dir = std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        });
+    let models_dir = models_dir();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -16,6 +16,8 @@ pub mod query;
 pub mod routing;
 pub mod settings;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod types;
 pub mod validate;
 pub mod web;

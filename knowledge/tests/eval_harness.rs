@@ -18,15 +18,10 @@ use orkeon_knowledge::settings::{
     EmbeddingSettings, IngestionSettings, RagSettings, StoreSettings,
 };
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
-use orkeon_knowledge::validate::QuarantineStore;
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        })
-}
+mod common;
+
+use common::models_dir;
 
 struct Rig {
     store: Arc<EmbeddedStore>,
@@ -41,7 +36,7 @@ fn rig(data_dir: &Path) -> Rig {
         ..EmbeddingSettings::default()
     };
     let embedder = build_embedder(&embedding).unwrap();
-    let quarantine = QuarantineStore::open(&store.db()).unwrap();
+    let quarantine = store.quarantine().unwrap();
     let ingestion = Arc::new(IngestionPipeline::new(
         store.clone(),
         embedder.clone(),
@@ -393,7 +388,7 @@ async fn shipped_golden_dataset_fast_and_balanced() {
         ..EmbeddingSettings::default()
     };
     let embedder = build_embedder(&embedding).unwrap();
-    let quarantine = QuarantineStore::open(&store.db()).unwrap();
+    let quarantine = store.quarantine().unwrap();
     let ingestion = Arc::new(IngestionPipeline::new(
         store.clone(),
         embedder.clone(),

@@ -1,97 +1,17 @@
-//! Test support: the chunk contract every strategy must keep (truthful offsets, token bound,
-//! no empty chunks, document order, coverage), the real bge-small tokenizer, and arbitrary text
-//! for property tests.
+//! Test support: the in-code test tokenizer as the chunkers' token counter, the chunk contract
+//! (re-exported from [`super::contract`]) and arbitrary text for property tests.
 
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
+pub use super::contract::{assert_contract, assert_covers_all_content, document};
 use crate::embed::TokenCounter;
-use crate::embed::tokenizer::HfTokenCounter;
-use crate::types::{Chunk, Document, Metadata};
+use crate::embed::test_tokenizer::test_tokenizer;
 
-/// The models folder: `$ORKEON_MODELS_DIR`, else the shared test copies.
-pub fn models_dir() -> PathBuf {
-    std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        })
-}
-
-/// bge-small-en-v1.5's real tokenizer, loaded once per test binary.
-pub fn bge_counter() -> Arc<dyn TokenCounter> {
-    static COUNTER: OnceLock<Arc<HfTokenCounter>> = OnceLock::new();
-    COUNTER
-        .get_or_init(|| {
-            let path = models_dir().join("bge-small-en-v1.5/tokenizer.json");
-            Arc::new(HfTokenCounter::from_file(&path).expect("bge-small-en-v1.5 tokenizer loads"))
-        })
-        .clone()
-}
-
-pub fn document(text: &str, loader: &str) -> Document {
-    Document {
-        source_id: "test.txt".to_string(),
-        text: text.to_string(),
-        loader: loader.to_string(),
-        metadata: Metadata::new(),
-    }
-}
-
-/// Offsets truthful, trimmed, non-empty, within the bound, strictly in document order.
-pub fn assert_contract(
-    doc: &Document,
-    chunks: &[Chunk],
-    counter: &dyn TokenCounter,
-    max_tokens: usize,
-) {
-    for (i, chunk) in chunks.iter().enumerate() {
-        let slice = doc.text.get(chunk.start..chunk.end).unwrap_or_else(|| {
-            panic!(
-                "chunk {i} offsets {}..{} are not on char boundaries",
-                chunk.start, chunk.end
-            )
-        });
-        assert_eq!(chunk.text, slice, "chunk {i} text differs from its offsets");
-        assert!(!chunk.text.trim().is_empty(), "chunk {i} is empty");
-        assert_eq!(chunk.text.trim(), chunk.text, "chunk {i} is not trimmed");
-        let tokens = counter.count_tokens(&chunk.text);
-        assert!(
-            tokens <= max_tokens,
-            "chunk {i} has {tokens} > {max_tokens} tokens: {:?}",
-            chunk.text
-        );
-        if i > 0 {
-            let previous = &chunks[i - 1];
-            assert!(
-                chunk.start > previous.start && chunk.end > previous.end,
-                "chunk {i} ({}..{}) is not after chunk {} ({}..{})",
-                chunk.start,
-                chunk.end,
-                i - 1,
-                previous.start,
-                previous.end
-            );
-        }
-    }
-}
-
-/// Every non-whitespace character of the document lies in some chunk.
-pub fn assert_covers_all_content(doc: &Document, chunks: &[Chunk]) {
-    let mut covered = vec![false; doc.text.len()];
-    for chunk in chunks {
-        covered[chunk.start..chunk.end]
-            .iter_mut()
-            .for_each(|c| *c = true);
-    }
-    for (at, c) in doc.text.char_indices() {
-        assert!(
-            c.is_whitespace() || covered[at],
-            "{c:?} at byte {at} is in no chunk"
-        );
-    }
+/// The token counter of the chunker tests: the in-code WordPiece test tokenizer (built once).
+pub fn test_counter() -> Arc<dyn TokenCounter> {
+    test_tokenizer()
 }
 
 /// Text mixing prose, separators, multi-byte characters, emoji, unspaced CJK runs, long words

@@ -24,6 +24,8 @@ mod span;
 mod split;
 mod structural;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod contract;
 #[cfg(test)]
 mod invariants;
 
@@ -160,7 +162,7 @@ pub(crate) struct ChunkBounds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::invariants::bge_counter;
+    use crate::chunk::invariants::test_counter;
 
     fn settings(strategy: &str, max_tokens: usize, overlap: usize) -> ChunkingSettings {
         ChunkingSettings {
@@ -172,7 +174,7 @@ mod tests {
     }
 
     fn build_error(settings: &ChunkingSettings) -> ChunkError {
-        match build_chunker(settings, bge_counter(), None) {
+        match build_chunker(settings, test_counter(), None) {
             Ok(chunker) => panic!("expected an error, built {}", chunker.name()),
             Err(e) => e,
         }
@@ -190,7 +192,7 @@ mod tests {
             (" sentences ", "sentence"),
         ];
         for (name, canonical) in cases {
-            let chunker = build_chunker(&settings(name, 64, 8), bge_counter(), None)
+            let chunker = build_chunker(&settings(name, 64, 8), test_counter(), None)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(chunker.name(), canonical, "{name}");
         }
@@ -235,8 +237,8 @@ mod tests {
         );
 
         // The smallest valid configuration builds.
-        assert!(build_chunker(&settings("recursive", 8, 3), bge_counter(), None).is_ok());
-        assert!(build_chunker(&settings("recursive", 8, 0), bge_counter(), None).is_ok());
+        assert!(build_chunker(&settings("recursive", 8, 3), test_counter(), None).is_ok());
+        assert!(build_chunker(&settings("recursive", 8, 0), test_counter(), None).is_ok());
     }
 
     #[test]

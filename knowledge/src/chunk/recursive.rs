@@ -67,12 +67,12 @@ mod tests {
 
     use super::*;
     use crate::chunk::invariants::{
-        arbitrary_text, assert_contract, assert_covers_all_content, bge_counter, document,
+        arbitrary_text, assert_contract, assert_covers_all_content, document, test_counter,
     };
 
     fn chunker(max_tokens: usize, overlap: usize) -> RecursiveChunker {
         RecursiveChunker::new(
-            bge_counter(),
+            test_counter(),
             ChunkBounds {
                 max_tokens,
                 overlap,
@@ -86,7 +86,7 @@ mod tests {
             .chunk(&doc)
             .await
             .expect("recursive chunking does not fail");
-        assert_contract(&doc, &chunks, bge_counter().as_ref(), max_tokens);
+        assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
         assert_covers_all_content(&doc, &chunks);
         chunks
     }
@@ -130,7 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn overlap_repeats_the_previous_tail_within_budget() {
-        let counter = bge_counter();
+        let counter = test_counter();
         let (max_tokens, overlap) = (32, 10);
         let chunks = chunk(PROSE, max_tokens, overlap).await;
         assert!(chunks.len() > 3);
@@ -204,7 +204,7 @@ mod tests {
             let chunks = runtime
                 .block_on(chunker(max_tokens, overlap).chunk(&doc))
                 .expect("recursive chunking does not fail");
-            assert_contract(&doc, &chunks, bge_counter().as_ref(), max_tokens);
+            assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
             assert_covers_all_content(&doc, &chunks);
         }
     }

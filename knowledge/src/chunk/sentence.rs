@@ -79,12 +79,12 @@ mod tests {
 
     use super::*;
     use crate::chunk::invariants::{
-        arbitrary_text, assert_contract, assert_covers_all_content, bge_counter, document,
+        arbitrary_text, assert_contract, assert_covers_all_content, document, test_counter,
     };
 
     fn chunker(max_tokens: usize, overlap: usize) -> SentenceChunker {
         SentenceChunker::new(
-            bge_counter(),
+            test_counter(),
             ChunkBounds {
                 max_tokens,
                 overlap,
@@ -98,7 +98,7 @@ mod tests {
             .chunk(&doc)
             .await
             .expect("sentence chunking does not fail");
-        assert_contract(&doc, &chunks, bge_counter().as_ref(), max_tokens);
+        assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
         assert_covers_all_content(&doc, &chunks);
         chunks
     }
@@ -149,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn overlap_is_whole_sentences_within_budget() {
-        let counter = bge_counter();
+        let counter = test_counter();
         let sentence_starts: Vec<usize> = sentence_spans(TEXT)
             .iter()
             .filter_map(|s| s.trimmed(TEXT))
@@ -199,7 +199,7 @@ mod tests {
             let chunks = runtime
                 .block_on(chunker(max_tokens, overlap).chunk(&doc))
                 .expect("sentence chunking does not fail");
-            assert_contract(&doc, &chunks, bge_counter().as_ref(), max_tokens);
+            assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
             assert_covers_all_content(&doc, &chunks);
         }
     }

@@ -228,7 +228,7 @@ impl<'a> Measurer<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::invariants::bge_counter;
+    use crate::chunk::invariants::test_counter;
 
     #[test]
     fn cut_points_keep_separators_with_the_piece_before() {
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn pieces_tile_the_range_and_fit_the_bound() {
-        let counter = bge_counter();
+        let counter = test_counter();
         let text = "Paragraph one has a few words.\n\nParagraph two, which is longer, has \
                     clauses; and more clauses, and still more words to split. Another sentence \
                     follows here!\n\n数据数据数据数据数据数据数据数据数据数据数据数据数据数据😀😀";

@@ -203,12 +203,12 @@ impl Chunker for StructuralChunker {
 mod tests {
     use super::*;
     use crate::chunk::invariants::{
-        assert_contract, assert_covers_all_content, bge_counter, document,
+        assert_contract, assert_covers_all_content, document, test_counter,
     };
 
     fn chunker(max_tokens: usize, overlap: usize) -> StructuralChunker {
         StructuralChunker::new(
-            bge_counter(),
+            test_counter(),
             ChunkBounds {
                 max_tokens,
                 overlap,
@@ -222,7 +222,7 @@ mod tests {
             .chunk(&doc)
             .await
             .expect("structural chunking does not fail");
-        assert_contract(&doc, &chunks, bge_counter().as_ref(), max_tokens);
+        assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
         assert_covers_all_content(&doc, &chunks);
         chunks
     }

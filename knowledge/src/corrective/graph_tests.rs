@@ -1,14 +1,14 @@
-//! End-to-end tests of the corrective graph on real components: a seeded slice of the golden
-//! evaluation corpus (`examples/rag/eval/corpus`, real files) ingested by the real ingestion
-//! pipeline into a real embedded store (sled + tantivy + vector index in a temp dir) with the
-//! real bge-small ONNX embedder. The LLM roles (grader, rewriter, generator, groundedness
-//! checker) are played by scripts, and each test says which: the test kit's scripted
-//! OpenAI-compatible HTTP server on loopback behind its minimal client (answers labelled
-//! `scripted-openai:scripted`), or its in-process scripted chat double (labelled `scripted`). Termination is asserted with iteration counts and
-//! traces, never with time.
+//! End-to-end tests of the corrective graph on model-free components: a seeded slice of the
+//! golden evaluation corpus (`examples/rag/eval/corpus`, real files) ingested by the real
+//! ingestion pipeline into the in-memory store with the deterministic hash embedder (its
+//! retrieval is lexical overlap, which the seeded case defeats just as it defeats bge-small). The
+//! LLM roles (grader, rewriter, generator, groundedness checker) are played by scripts, and each
+//! test says which: the test kit's scripted OpenAI-compatible HTTP server on loopback
+//! behind its minimal client (labelled `scripted-openai:scripted`), or its in-process scripted chat double (labelled `scripted`).
+//! Termination is asserted with iteration counts and traces, never with time.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use orkeon_crews::graph::END;
 use orkeon_crews::ports::ChatModel;
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::pipeline::{CorrectiveComponents, CorrectiveRagPipeline};
 use super::state::{RagGraphState, node};
 use super::{HeuristicQueryRewriter, HeuristicRetrievalEvaluator, register_profiles};
-use crate::embed::OnnxEmbedder;
+use crate::embed::{Embedder, HashEmbedder};
 use crate::ingest::{IngestRequest, IngestionPipeline};
 use crate::query::groundedness::{
     GroundednessChecker, HeuristicGroundednessChecker, LlmGroundednessChecker,
@@ -33,12 +33,9 @@ use crate::query::profiles::ProfileResolver;
 use crate::query::rerank::RerankerFactory;
 use crate::query::transform::TransformerFactory;
 use crate::query::{QueryError, RagPipeline, RagQuery, retrieve_only};
-use crate::settings::{
-    ChunkingSettings, EmbeddingSettings, IngestionSettings, RagSettings, StoreSettings,
-};
-use crate::store::EmbeddedStore;
+use crate::settings::{ChunkingSettings, EmbeddingSettings, IngestionSettings, RagSettings};
+use crate::store::{InMemoryQuarantineStore, InMemoryStore};
 use crate::types::{RagAnswer, ScoreOrigin, TraceStep};
-use crate::validate::QuarantineStore;
 use crate::web::{WebDocumentRetriever, WebSearchConfig, WebSearchRetriever};
 
 const COLLECTION: &str = "golden-slice";
@@ -57,39 +54,19 @@ const SOURCES: &[&str] = &[
     "products/cloud-plans.md",
 ];
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-        })
+/// The hash embedder every fixture shares (its vectors are deterministic).
+fn embedder() -> Arc<dyn Embedder> {
+    Arc::new(HashEmbedder::new(1024))
 }
 
-fn embedding_settings() -> EmbeddingSettings {
-    EmbeddingSettings {
-        models_dir: Some(models_dir()),
-        ..EmbeddingSettings::default()
-    }
-}
-
-fn embedder() -> Arc<OnnxEmbedder> {
-    static EMBEDDER: OnceLock<Arc<OnnxEmbedder>> = OnceLock::new();
-    EMBEDDER
-        .get_or_init(|| {
-            Arc::new(
-                OnnxEmbedder::load(
-                    &models_dir().join("bge-small-en-v1.5"),
-                    &embedding_settings(),
-                )
-                .expect("bge-small loads"),
-            )
-        })
-        .clone()
+/// The built-in rerankers; the corrective graph reranks nothing, and the one profile test that
+/// delegates to `balanced` turns its cross-encoder off, so no model file is ever read.
+fn rerankers() -> Arc<RerankerFactory> {
+    Arc::new(RerankerFactory::builtin(EmbeddingSettings::default()))
 }
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    store: Arc<EmbeddedStore>,
+    store: Arc<InMemoryStore>,
 }
 
 impl Fixture {
@@ -102,23 +79,20 @@ impl Fixture {
             store: self.store.clone(),
             embedder: embedder(),
             chat,
-            rerankers: Arc::new(RerankerFactory::builtin(embedding_settings())),
+            rerankers: rerankers(),
             transformers: Arc::new(TransformerFactory::builtin()),
             groundedness,
         }
     }
 }
 
-/// The seeded corpus slice, ingested for real.
+/// The seeded corpus slice, ingested for real (into memory).
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store =
-        Arc::new(EmbeddedStore::open(dir.path(), StoreSettings::default()).expect("store opens"));
-    let quarantine = QuarantineStore::open(&store.db()).expect("quarantine");
+    let store = Arc::new(InMemoryStore::new());
     let ingestion = IngestionPipeline::new(
         store.clone(),
         embedder(),
-        quarantine,
+        Arc::new(InMemoryQuarantineStore::new()),
         IngestionSettings::default(),
     );
     let corpus = PathBuf::from(concat!(
@@ -139,7 +113,7 @@ async fn fixture() -> Fixture {
         .await
         .expect("ingestion");
     assert_eq!(report.sources_ingested, SOURCES.len(), "{report:?}");
-    Fixture { _dir: dir, store }
+    Fixture { store }
 }
 
 fn settings(value: Value) -> RagSettings {
@@ -235,8 +209,8 @@ async fn incorrect_verdict_rewrite_and_re_retrieval_cite_the_right_source() {
             "corrective:graph",
         ]
     );
-    // Single-shot retrieval on the question misses the right source (real embeddings, real
-    // hybrid search); the rewritten probe finds it first.
+    // Single-shot retrieval on the question misses the right source (it never says "Heron");
+    // the rewritten probe finds it first.
     let retrieves = steps(&answer, node::RETRIEVE);
     assert!(
         !retrieved_sources(retrieves[0]).contains(&RIGHT_SOURCE.to_string()),

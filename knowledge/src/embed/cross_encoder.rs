@@ -121,46 +121,5 @@ impl CrossEncoder {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::embed::onnx::tests::shared_models;
-
-    #[tokio::test]
-    async fn reranker_scores_match_the_readme() {
-        let settings = EmbeddingSettings {
-            batch_size: 2,
-            ..EmbeddingSettings::default()
-        };
-        let encoder =
-            CrossEncoder::load(&shared_models().join("ms-marco-MiniLM-L-12-v2"), &settings)
-                .expect("reranker loads");
-        assert_eq!(encoder.model_name(), "ms-marco-MiniLM-L-12-v2");
-        let passages = vec![
-            "New York City is famous for the Metropolitan Museum of Art".to_string(),
-            "Berlin has a population of 3,520,031 registered inhabitants".to_string(),
-            "Berlin ".repeat(700),
-        ];
-        let scores = encoder
-            .score("How many people live in Berlin?", passages)
-            .await
-            .expect("scores");
-        assert_eq!(scores.len(), 3);
-        assert!(scores[1] > 8.0, "Berlin pair {}", scores[1]);
-        assert!(scores[0] < -9.0, "New York pair {}", scores[0]);
-        assert!(
-            scores[2].is_finite(),
-            "an over-long passage is truncated, not refused"
-        );
-        let stats = encoder.stats();
-        assert_eq!((stats.inputs, stats.batches), (3, 2));
-        assert!(stats.inference_ns > 0);
-        assert!(
-            encoder
-                .score("q", Vec::new())
-                .await
-                .expect("empty")
-                .is_empty()
-        );
-    }
-}
+// The cross-encoder's scores on the real ms-marco model are tested in
+// `tests/models_embedding.rs`.

@@ -2,21 +2,29 @@
 //!
 //! Implementations: local ONNX (`onnx`, through `ort` with `load-dynamic` and `tokenizers`) and
 //! an OpenAI-compatible `/v1/embeddings` HTTP client (`openai`). Model files and the ONNX
-//! Runtime library are resolved by `models` and `runtime`.
+//! Runtime library are resolved by `models` and `runtime`. For tests (`cfg(test)` or the
+//! `testing` feature): the model-free [`HashEmbedder`] (`hashing`) and its in-code WordPiece
+//! tokenizer (`test_tokenizer`).
 
 use std::sync::Arc;
 
 pub mod cross_encoder;
 pub mod fetch;
+#[cfg(any(test, feature = "testing"))]
+pub mod hashing;
 pub mod models;
 pub mod onnx;
 pub mod openai;
 pub mod runtime;
 mod session_pool;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_tokenizer;
 pub mod tokenizer;
 
 pub use cross_encoder::CrossEncoder;
 pub use fetch::FetchProgress;
+#[cfg(any(test, feature = "testing"))]
+pub use hashing::HashEmbedder;
 pub use models::{
     CATALOGUE, ModelKind, ModelSource, ModelSpec, ModelStatus, Pooling, fetch_all, model_status,
     resolve_model,
@@ -113,15 +121,18 @@ mod tests {
             "{err}"
         );
 
-        let local = EmbeddingSettings {
-            model: "all-MiniLM-L6-v2".into(),
-            models_dir: Some(onnx::tests::shared_models()),
+        // `onnx` loading the configured model is tested with the real model in
+        // `tests/models_embedding.rs`; here, a missing model fails naming where it looked.
+        let missing = EmbeddingSettings {
+            model: "no-such-model".into(),
+            models_dir: Some(std::path::PathBuf::from("/nonexistent/models")),
             ..EmbeddingSettings::default()
         };
-        let embedder = build_embedder(&local).expect("onnx embedder");
-        assert_eq!(
-            embedder.profile().to_string(),
-            "onnx:all-MiniLM-L6-v2 (384 dims)"
+        let err = build_embedder(&missing).err().expect("unknown model");
+        assert!(
+            err.to_string()
+                .contains("/nonexistent/models/no-such-model"),
+            "{err}"
         );
 
         let mut remote = EmbeddingSettings {

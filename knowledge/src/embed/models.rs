@@ -682,7 +682,6 @@ pub fn fetch_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::onnx::tests::shared_models;
     use orkeon_testkit::{LoopbackServer, Reply};
 
     fn search(models_dir: Option<&Path>, env_dir: Option<&Path>, cache: &Path) -> ModelSearch {
@@ -696,103 +695,68 @@ mod tests {
         }
     }
 
-    /// `<root>/<name>` as a folder of symlinks to the shared model's files.
-    fn linked_copy(root: &Path, name: &str) -> PathBuf {
-        let source = shared_models().join(name);
-        let target = root.join(name);
-        std::fs::create_dir_all(&target).expect("mkdir");
-        for entry in std::fs::read_dir(&source).expect("shared model folder") {
-            let entry = entry.expect("entry");
-            std::os::unix::fs::symlink(entry.path(), target.join(entry.file_name()))
-                .expect("symlink");
-        }
-        target
-    }
+    // The catalogue's verification of the real model files, and the resolution order with them
+    // (models_dir, then ORKEON_MODELS_DIR, then the cache), are tested against the shared
+    // models in `tests/models_embedding.rs`.
 
     #[test]
-    fn every_shared_model_verifies_against_the_catalogue() {
-        for spec in CATALOGUE {
-            verify_folder(spec, &shared_models().join(spec.name), false)
-                .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
-        }
-    }
-
-    #[test]
-    fn models_dir_beats_env_beats_cache() {
+    fn find_looks_in_models_dir_then_the_environment_then_the_cache() {
         let models_dir = tempfile::tempdir().expect("tempdir");
         let env_dir = tempfile::tempdir().expect("tempdir");
         let cache = tempfile::tempdir().expect("tempdir");
-        let name = "ms-marco-MiniLM-L-12-v2";
-        let in_models = linked_copy(models_dir.path(), name);
-        let in_env = linked_copy(env_dir.path(), name);
-        let in_cache = linked_copy(&cache.path().join("models"), name);
+        let name = "my-model";
+        for root in [
+            models_dir.path(),
+            env_dir.path(),
+            &cache.path().join("models"),
+        ] {
+            std::fs::create_dir_all(root.join(name)).expect("mkdir");
+            std::fs::write(root.join(name).join("model.onnx"), b"onnx").expect("write");
+        }
         let all = search(Some(models_dir.path()), Some(env_dir.path()), cache.path());
-        assert_eq!(all.resolve(name, None).expect("resolves"), in_models);
-        let no_models_dir = search(None, Some(env_dir.path()), cache.path());
-        assert_eq!(no_models_dir.resolve(name, None).expect("resolves"), in_env);
+        assert_eq!(
+            all.find(name),
+            Some((models_dir.path().join(name), ModelLocation::ModelsDir))
+        );
+        assert_eq!(
+            all.resolve(name, None).expect("a user's own model"),
+            models_dir.path().join(name)
+        );
+        let without_models_dir = search(None, Some(env_dir.path()), cache.path());
+        assert_eq!(
+            without_models_dir.find(name),
+            Some((env_dir.path().join(name), ModelLocation::EnvModelsDir))
+        );
         let cache_only = search(None, None, cache.path());
-        assert_eq!(cache_only.resolve(name, None).expect("resolves"), in_cache);
+        assert_eq!(
+            cache_only.find(name),
+            Some((cache.path().join("models").join(name), ModelLocation::Cache))
+        );
         // A models_dir without this model falls through to the next place.
         let empty = tempfile::tempdir().expect("tempdir");
         let fallthrough = search(Some(empty.path()), Some(env_dir.path()), cache.path());
-        assert_eq!(fallthrough.resolve(name, None).expect("resolves"), in_env);
-        // A path is used as is.
-        let as_path = in_cache.display().to_string();
-        assert_eq!(all.resolve(&as_path, None).expect("path"), in_cache);
-        let statuses = status_in(&all);
-        let reranker = statuses.iter().find(|s| s.name == name).expect("listed");
-        assert_eq!(reranker.found_in, "embeddings.models_dir");
-        assert!(reranker.verified, "{:?}", reranker.problem);
-        let bge = statuses
-            .iter()
-            .find(|s| s.name == "bge-small-en-v1.5")
-            .expect("listed");
         assert_eq!(
-            (bge.found_in.as_str(), bge.verified),
-            ("not present", false)
+            fallthrough.find(name).map(|(_, location)| location),
+            Some(ModelLocation::EnvModelsDir)
         );
-    }
-
-    #[test]
-    fn sha256_mismatch_is_reported_and_cache_copies_are_deleted() {
-        let name = "bge-small-en-v1.5";
-        let user = tempfile::tempdir().expect("tempdir");
-        let folder = linked_copy(user.path(), name);
-        std::fs::remove_file(folder.join("vocab.txt")).expect("unlink");
-        std::fs::write(folder.join("vocab.txt"), b"[PAD]\ncorrupted\n").expect("write");
-        let cache = tempfile::tempdir().expect("tempdir");
-        let err = search(Some(user.path()), None, cache.path())
-            .resolve(name, None)
-            .expect_err("mismatch");
-        let text = err.to_string();
-        assert!(text.contains("sha256 mismatch"), "{text}");
-        assert!(
-            text.contains(&folder.join("vocab.txt").display().to_string()),
-            "{text}"
+        // An empty folder in the cache is an interrupted download, not a model.
+        let emptied = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(emptied.path().join("models").join(name)).expect("mkdir");
+        assert_eq!(search(None, None, emptied.path()).find(name), None);
+        // A path is used as is.
+        let as_path = models_dir.path().join(name).display().to_string();
+        assert_eq!(
+            all.find(&as_path),
+            Some((models_dir.path().join(name), ModelLocation::Path))
         );
+        // Nothing present: every catalogue model is listed as such.
+        let nothing = tempfile::tempdir().expect("tempdir");
+        let statuses = status_in(&search(None, None, nothing.path()));
+        assert_eq!(statuses.len(), CATALOGUE.len());
         assert!(
-            text.contains(
-                "expected 07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
-            ),
-            "{text}"
-        );
-        let actual = sha256_file(&folder.join("vocab.txt")).expect("hash");
-        assert!(text.contains(&format!("actual {actual}")), "{text}");
-        assert!(
-            folder.join("vocab.txt").exists(),
-            "a user's file is never deleted"
-        );
-
-        let cached = linked_copy(&cache.path().join("models"), name);
-        std::fs::remove_file(cached.join("config.json")).expect("unlink");
-        std::fs::write(cached.join("config.json"), b"{}").expect("write");
-        let err = search(None, None, cache.path())
-            .resolve(name, None)
-            .expect_err("mismatch");
-        assert!(err.to_string().contains("deleted from the cache"), "{err}");
-        assert!(
-            !cached.join("config.json").exists(),
-            "the bad cache file is removed"
+            statuses
+                .iter()
+                .all(|s| s.found_in == "not present" && !s.verified && s.path.is_none())
         );
     }
 

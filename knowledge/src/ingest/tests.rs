@@ -1,27 +1,16 @@
-//! Ingestion pipeline tests: real files, the real bge-small / all-MiniLM ONNX embedders and the
-//! real embedded store in temporary folders.
+//! Ingestion pipeline tests: real files, the deterministic hash embedder (two of its profiles
+//! stand for two models) and the real embedded store in temporary folders.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::*;
-use crate::embed::build_embedder;
-use crate::settings::{EmbeddingSettings, StoreSettings};
+use crate::embed::HashEmbedder;
+use crate::settings::StoreSettings;
 use crate::store::EmbeddedStore;
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("ORKEON_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models"))
-}
-
 fn embedder(model: &str) -> Arc<dyn Embedder> {
-    build_embedder(&EmbeddingSettings {
-        model: model.into(),
-        models_dir: Some(models_dir()),
-        ..EmbeddingSettings::default()
-    })
-    .expect("embedder loads")
+    Arc::new(HashEmbedder::named(model, 128))
 }
 
 struct Fixture {
@@ -55,7 +44,7 @@ fn fixture() -> Fixture {
 }
 
 fn pipeline(f: &Fixture, embedder: Arc<dyn Embedder>) -> Arc<IngestionPipeline> {
-    let quarantine = QuarantineStore::open(&f.store.db()).expect("quarantine");
+    let quarantine = f.store.quarantine().expect("quarantine");
     Arc::new(IngestionPipeline::new(
         f.store.clone() as Arc<dyn DocumentStore>,
         embedder,
@@ -77,7 +66,7 @@ fn request(f: &Fixture, reindex: bool) -> IngestRequest {
 #[tokio::test]
 async fn concurrent_requests_for_one_collection_ingest_it_once() {
     let f = fixture();
-    let p = pipeline(&f, embedder("bge-small-en-v1.5"));
+    let p = pipeline(&f, embedder("hash-a"));
     let r = request(&f, false);
     let (a, b) = tokio::join!(p.ingest(&r, None), p.ingest(&r, None));
     let (a, b) = (a.expect("first"), b.expect("second"));
@@ -103,7 +92,7 @@ async fn concurrent_requests_for_one_collection_ingest_it_once() {
 #[tokio::test]
 async fn a_changed_source_reembeds_only_its_changed_chunks() {
     let f = fixture();
-    let p = pipeline(&f, embedder("bge-small-en-v1.5"));
+    let p = pipeline(&f, embedder("hash-a"));
     let first = p.ingest(&request(&f, false), None).await.expect("ingest");
     assert_eq!(first.sources_ingested, 2);
     // Change one CSV row: only that row's chunk is new.
@@ -130,18 +119,18 @@ async fn a_changed_source_reembeds_only_its_changed_chunks() {
 #[tokio::test]
 async fn another_embedding_profile_fails_loudly_unless_reindex() {
     let f = fixture();
-    pipeline(&f, embedder("bge-small-en-v1.5"))
+    pipeline(&f, embedder("hash-a"))
         .ingest(&request(&f, false), None)
         .await
         .expect("ingest");
-    let minilm = pipeline(&f, embedder("all-MiniLM-L6-v2"));
+    let minilm = pipeline(&f, embedder("hash-b"));
     let error = minilm
         .ingest(&request(&f, false), None)
         .await
         .expect_err("profile drift is an error")
         .to_string();
     assert!(
-        error.contains("--reindex") && error.contains("bge-small-en-v1.5"),
+        error.contains("--reindex") && error.contains("hash:hash-a (128 dims)"),
         "{error}"
     );
     let rebuilt = minilm
@@ -155,17 +144,16 @@ async fn another_embedding_profile_fails_loudly_unless_reindex() {
         .expect("manifest")
         .profile
         .expect("profile");
-    assert_eq!(profile.model, "all-MiniLM-L6-v2");
+    assert_eq!(profile.model, "hash-b");
 }
 
 #[tokio::test]
 async fn a_corrupt_manifest_entry_degrades_to_full_ingestion_with_a_warning() {
     let f = fixture();
-    let p = pipeline(&f, embedder("bge-small-en-v1.5"));
+    let p = pipeline(&f, embedder("hash-a"));
     p.ingest(&request(&f, false), None).await.expect("ingest");
-    let tree = f.store.db().open_tree("col/kb").expect("tree");
-    tree.insert(b"s/refunds.md", b"{ not json".to_vec())
-        .expect("corrupt");
+    f.store
+        .damage_manifest_entry("kb", "refunds.md", b"{ not json");
     let report = p.ingest(&request(&f, false), None).await.expect("ingest");
     assert!(
         report.warnings.iter().any(|w| w.contains("corrupt")),

@@ -121,23 +121,16 @@ pub fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::test_tokenizer::test_tokenizer;
     use crate::embed::tokenizer::HfTokenCounter;
     use crate::query::fuse::tests::chunk;
     use proptest::prelude::*;
-    use std::path::PathBuf;
-    use std::sync::OnceLock;
+    use std::sync::{Arc, OnceLock};
 
-    fn bge_counter() -> &'static HfTokenCounter {
-        static COUNTER: OnceLock<HfTokenCounter> = OnceLock::new();
-        COUNTER.get_or_init(|| {
-            let dir = std::env::var_os("ORKEON_MODELS_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models"))
-                });
-            HfTokenCounter::from_file(&dir.join("bge-small-en-v1.5/tokenizer.json"))
-                .expect("bge tokenizer loads")
-        })
+    /// The in-code WordPiece test tokenizer (no model file).
+    fn counter() -> &'static HfTokenCounter {
+        static COUNTER: OnceLock<Arc<HfTokenCounter>> = OnceLock::new();
+        COUNTER.get_or_init(test_tokenizer)
     }
 
     #[test]
@@ -152,7 +145,7 @@ mod tests {
 
     #[test]
     fn budget_drops_what_does_not_fit_and_markers_stay_rank_based() {
-        let counter = bge_counter();
+        let counter = counter();
         let mut ranked: Vec<ScoredChunk> = (0..6)
             .map(|i| {
                 let mut c = chunk(&format!("c{i}"), 1.0 - i as f32 / 10.0, vec![]);
@@ -209,7 +202,7 @@ mod tests {
             lengths in prop::collection::vec(0usize..120, 0..25),
             budget in 1usize..600,
         ) {
-            let counter = bge_counter();
+            let counter = counter();
             let ranked: Vec<ScoredChunk> = lengths
                 .iter()
                 .enumerate()

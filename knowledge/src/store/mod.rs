@@ -7,25 +7,36 @@
 
 use serde::{Deserialize, Serialize};
 
-mod bm25;
-mod collection_tree;
-#[cfg(test)]
-mod crash_tests;
+mod checks;
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance;
 mod embedded;
-mod embedded_runs;
 mod exact_vectors;
-mod hnsw_calibration;
-mod hnsw_snapshot;
 mod hybrid;
-mod index_stamp;
-mod layout;
-mod vector_index;
+mod memory;
 
-pub use embedded::{EmbeddedStore, validate_collection_name};
-pub use embedded_runs::SledRunStore;
+pub use embedded::EmbeddedStore;
+pub use embedded::runs::SledRunStore;
 pub use hybrid::{hybrid_depths, reciprocal_rank_fusion};
+pub use memory::{InMemoryQuarantineStore, InMemoryStore};
 
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
+
+/// Checks a collection name: letters, digits, `-`, `_`, `.`, at most 128 bytes, not starting
+/// with a dot (names become folder names).
+pub fn validate_collection_name(name: &str) -> Result<(), StoreError> {
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidName(name.to_string()))
+    }
+}
 
 /// One source's entry in a collection's incremental manifest (also its provenance record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,8 +5,8 @@
 //!   binary) and parsed documents (no text).
 //! - [`InjectionValidator`] (module [`injection`]): instruction overrides, fake role markers,
 //!   hidden text and exfiltration links, graded Clean / Suspicious / Rejected with reasons.
-//! - [`QuarantineStore`] (module [`quarantine`]): rejected content, kept for inspection in the
-//!   sled tree `quarantine` and never searchable.
+//! - [`QuarantineStore`] (module [`quarantine`]): the port keeping rejected content for
+//!   inspection, never searchable (implemented by the stores in `crate::store`).
 
 pub mod injection;
 pub mod integrity;
@@ -97,7 +97,7 @@ pub enum ValidateError {
     Store {
         action: &'static str,
         #[source]
-        source: sled::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error(
         "quarantine store: the entry `{key}` is corrupt ({reason}); remove it with `remove` or delete the `quarantine` tree"

@@ -18,8 +18,8 @@ use tantivy::schema::{
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 use tracing::warn;
 
-use super::StoreError;
 use super::index_stamp::IndexStamp;
+use crate::store::StoreError;
 use crate::types::StoredChunk;
 
 const TEXT_ANALYZER: &str = "en_stem";
@@ -182,8 +182,8 @@ impl Bm25Index {
         self.commit(stamp)
     }
 
-    /// The `limit` best chunk ids for a free-text query, with their BM25 scores (best first).
-    /// Ids are as indexed: the caller filters them against sled.
+    /// The `limit` best chunk ids for a free-text query, with their BM25 scores (best first,
+    /// ties by id). Ids are as indexed: the caller filters them against sled.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<(String, f32)>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -223,6 +223,10 @@ impl Bm25Index {
                 hits.push((id.to_string(), score));
             }
         }
+        // Equal scores in chunk id order (tantivy orders them by document address, which
+        // depends on the order of indexing): the same order as the exact vector scan's and the
+        // in-memory store's.
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(hits)
     }
 

@@ -13,7 +13,7 @@ use super::layout::{
     CHUNK_PREFIX, GENERATION_KEY, INCARNATION_KEY, PROFILE_KEY, SOURCE_PREFIX, chunk_key,
     decode_chunk, decode_chunk_vector, decode_u64, encode_chunk, encode_u64, id_of_key, source_key,
 };
-use super::{SourceRecord, StoreError};
+use crate::store::{SourceRecord, StoreError};
 use crate::types::{EmbeddingProfile, StoredChunk};
 
 /// A manifest entry as read from sled: a record, or the reason it could not be decoded.

@@ -53,7 +53,7 @@ fn event_key(run_id: &str, seq: u64) -> Vec<u8> {
 impl super::EmbeddedStore {
     /// The run store in this store's database.
     pub fn run_store(&self) -> Result<SledRunStore, RunStoreError> {
-        SledRunStore::open(&self.db())
+        SledRunStore::open(&self.db)
     }
 }
 

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use instant_distance::{Builder, HnswMap, Point, Search};
 use serde::{Deserialize, Serialize};
 
-use super::exact_vectors::dot;
 use super::hnsw_calibration::{Calibration, calibrate};
 use super::index_stamp::IndexStamp;
+use crate::store::exact_vectors::dot;
 
 const MAGIC: &[u8; 8] = b"ORKHNSW2";
 const OLDER_MAGIC: &[u8; 8] = b"ORKHNSW1";

@@ -14,7 +14,7 @@
 //! source either before or after a concurrent replace, and every hit is fetched from sled, so
 //! an id whose chunk is gone is never returned.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,20 +24,37 @@ use std::time::Instant;
 
 use tracing::{debug, info, warn};
 
-use super::bm25::Bm25Index;
-use super::collection_tree::{CollectionTree, CommitOutcome};
-use super::exact_vectors::normalise;
-use super::hnsw_calibration::Calibration;
-use super::hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
+mod bm25;
+mod collection_tree;
+#[cfg(test)]
+mod crash_tests;
+mod hnsw_calibration;
+mod hnsw_snapshot;
+mod index_stamp;
+mod layout;
+mod quarantine;
+pub(super) mod runs;
+mod vector_index;
+
+use bm25::Bm25Index;
+use collection_tree::{CollectionTree, CommitOutcome};
+use hnsw_calibration::Calibration;
+use hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
+use index_stamp::IndexStamp;
+use layout::collection_tree_name;
+use vector_index::VectorIndex;
+
+use quarantine::SledQuarantineStore;
+
+use super::checks::{CheckedQuery, check_batch, check_search};
 use super::hybrid::{fuse_hybrid, hybrid_depths};
-use super::index_stamp::IndexStamp;
-use super::layout::collection_tree_name;
-use super::vector_index::VectorIndex;
 use super::{
-    CollectionInfo, DocumentStore, Manifest, SearchMode, SearchRequest, SourceRecord, StoreError,
+    CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceRecord, StoreError,
+    validate_collection_name,
 };
 use crate::settings::StoreSettings;
 use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
+use crate::validate::QuarantineStore;
 
 const REGISTRY_TREE: &str = "collections";
 const TREE_PREFIX: &str = "col/";
@@ -54,22 +71,6 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 
 fn sled_io(context: String) -> impl FnOnce(sled::Error) -> StoreError {
     move |e| StoreError::Io(format!("{context}: {e}"))
-}
-
-/// Checks a collection name: letters, digits, `-`, `_`, `.`, at most 128 bytes, not starting
-/// with a dot (names become folder names).
-pub fn validate_collection_name(name: &str) -> Result<(), StoreError> {
-    let valid = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidName(name.to_string()))
-    }
 }
 
 /// The derived indexes of one collection and the generation they reflect.
@@ -440,8 +441,19 @@ impl EmbeddedStore {
         Ok(store)
     }
 
-    /// The sled handle, for other trees (quarantine, runs) in the same database.
-    pub fn db(&self) -> sled::Db {
+    /// The quarantine kept in this store's database (a tree beside the collections; flushed
+    /// by [`flush`](Self::flush) like the rest of an ingestion).
+    pub fn quarantine(&self) -> Result<Arc<dyn QuarantineStore>, StoreError> {
+        let quarantine = SledQuarantineStore::open(&self.db).map_err(sled_io(format!(
+            "opening the {} tree",
+            quarantine::QUARANTINE_TREE
+        )))?;
+        Ok(Arc::new(quarantine))
+    }
+
+    /// The sled database, for this module's tests that reach below the port.
+    #[cfg(test)]
+    pub(crate) fn db(&self) -> sled::Db {
         self.db.clone()
     }
 
@@ -551,53 +563,6 @@ impl EmbeddedStore {
             .ok_or_else(|| StoreError::UnknownCollection(name.to_string()))
     }
 
-    fn check_batch(
-        collection: &Collection,
-        record: &SourceRecord,
-        chunks: &[StoredChunk],
-    ) -> Result<(), StoreError> {
-        let invalid = |reason: String| StoreError::InvalidBatch {
-            collection: collection.name.clone(),
-            source_id: record.source_id.clone(),
-            reason,
-        };
-        let active = collection.profile.to_string();
-        if record.embedding_profile != active {
-            return Err(StoreError::ProfileMismatch {
-                collection: collection.name.clone(),
-                recorded: active,
-                active: record.embedding_profile.clone(),
-            });
-        }
-        let mut ids = HashSet::with_capacity(chunks.len());
-        for chunk in chunks {
-            if chunk.source_id != record.source_id {
-                return Err(invalid(format!(
-                    "chunk '{}' belongs to source '{}'",
-                    chunk.id, chunk.source_id
-                )));
-            }
-            if chunk.vector.len() != collection.profile.dimensions {
-                return Err(invalid(format!(
-                    "chunk '{}' has a vector of {} dimensions, but the collection holds {}",
-                    chunk.id,
-                    chunk.vector.len(),
-                    collection.profile
-                )));
-            }
-            if !ids.insert(chunk.id.as_str()) {
-                return Err(invalid(format!("chunk id '{}' appears twice", chunk.id)));
-            }
-        }
-        let recorded: BTreeSet<&str> = record.chunk_ids.iter().map(String::as_str).collect();
-        if recorded.len() != record.chunk_ids.len() || recorded != ids.into_iter().collect() {
-            return Err(invalid(
-                "the manifest entry's chunk_ids differ from the ids of the chunks given".into(),
-            ));
-        }
-        Ok(())
-    }
-
     #[cfg(test)]
     fn after_sled_commit(&self, source_id: &str) {
         if let Some(hook) = self
@@ -620,6 +585,15 @@ impl EmbeddedStore {
             .after_sled_commit
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    /// Overwrites a source's manifest entry with raw bytes (tests of corrupt entries).
+    #[cfg(test)]
+    pub(crate) fn damage_manifest_entry(&self, collection: &str, source_id: &str, bytes: &[u8]) {
+        self.collection(collection)
+            .unwrap()
+            .tree
+            .insert_raw(&layout::source_key(source_id), bytes);
     }
 
     /// What the derived indexes of a collection hold, for consistency checks in tests.
@@ -782,7 +756,7 @@ impl DocumentStore for EmbeddedStore {
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
         let handle = self.collection(collection)?;
-        Self::check_batch(&handle, &record, &chunks)?;
+        check_batch(&handle.name, &handle.profile, &record, &chunks)?;
         let mut indexes = write(&handle.indexes);
         if handle.dropped.load(Ordering::SeqCst) {
             return Err(StoreError::UnknownCollection(collection.to_string()));
@@ -876,61 +850,24 @@ impl DocumentStore for EmbeddedStore {
         request: &SearchRequest,
     ) -> Result<Vec<ScoredChunk>, StoreError> {
         let handle = self.collection(collection)?;
-        let invalid = |reason: String| StoreError::InvalidRequest {
-            collection: collection.to_string(),
-            reason,
-        };
-        let k = request.k;
-        if k == 0 {
+        let Some(search) = check_search(collection, &handle.profile, request, self.settings.rrf_k)?
+        else {
             return Ok(Vec::new());
-        }
-        let query_vector = match (&request.vector, request.mode) {
-            (_, SearchMode::Bm25) => None,
-            (None, mode) => {
-                return Err(invalid(format!(
-                    "{} search needs a query vector",
-                    match mode {
-                        SearchMode::Vector => "vector",
-                        _ => "hybrid",
-                    }
-                )));
-            }
-            (Some(vector), _) if vector.len() != handle.profile.dimensions => {
-                return Err(invalid(format!(
-                    "the query vector has {} dimensions, but the collection holds {}; embed the query with the collection's model",
-                    vector.len(),
-                    handle.profile
-                )));
-            }
-            (Some(vector), _) => {
-                let mut unit = vector.clone();
-                normalise(&mut unit);
-                Some(unit)
-            }
         };
-        let text = request.text.as_deref().filter(|t| !t.trim().is_empty());
-        let rrf_k = if request.rrf_k.is_finite() && request.rrf_k > 0.0 {
-            request.rrf_k
-        } else {
-            self.settings.rrf_k
-        };
-
+        let k = search.k;
         let indexes = read(&handle.indexes);
-        match (request.mode, query_vector) {
-            (SearchMode::Bm25, _) => {
-                let Some(text) = text else {
-                    return Err(invalid("BM25 search needs query text".into()));
-                };
+        match search.query {
+            CheckedQuery::Bm25(text) => {
                 let hits = indexes.bm25.search(text, k.saturating_mul(2))?;
                 let mut resolved = handle.resolve_hits(hits, ScoreOrigin::Bm25)?;
                 resolved.truncate(k);
                 Ok(resolved)
             }
-            (SearchMode::Vector, Some(query)) => {
+            CheckedQuery::Vector(query) => {
                 let hits = indexes.vectors.search(&query, k);
                 handle.resolve_hits(hits, ScoreOrigin::Vector)
             }
-            (SearchMode::Hybrid, Some(query)) => {
+            CheckedQuery::Hybrid(query, text) => {
                 let (vector_depth, depth) = hybrid_depths(k, indexes.vectors.approximate_depth());
                 let vector_hits = handle.resolve_hits(
                     indexes.vectors.search(&query, vector_depth),
@@ -942,13 +879,11 @@ impl DocumentStore for EmbeddedStore {
                     }
                     None => Vec::new(),
                 };
-                Ok(fuse_hybrid(vector_hits, lexical_hits, rrf_k, k))
+                Ok(fuse_hybrid(vector_hits, lexical_hits, search.rrf_k, k))
             }
-            (_, None) => Err(invalid("a query vector is required".into())),
         }
     }
 }
 
 #[cfg(test)]
-#[path = "embedded_tests.rs"]
 pub(super) mod tests;

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use super::EmbeddedStore;
 use super::bm25::Bm25Index;
-use super::embedded::EmbeddedStore;
-use super::embedded::tests::{chunk, profile, record, vector_for};
 use super::layout::{CHUNK_PREFIX, decode_chunk, id_of_key};
-use super::{DocumentStore, SearchMode, SearchRequest};
+use super::tests::{chunk, profile, record, vector_for};
 use crate::settings::StoreSettings;
+use crate::store::{DocumentStore, SearchMode, SearchRequest};
 use crate::types::StoredChunk;
 
 const CHILD_DIR_ENV: &str = "ORKEON_STORE_CRASH_CHILD";
@@ -155,7 +155,7 @@ fn run_child_and_kill(dir: &Path, start: usize, kill: KillPoint) -> Option<usize
     command
         .args([
             "--exact",
-            "store::crash_tests::crash_child_process",
+            "store::embedded::crash_tests::crash_child_process",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

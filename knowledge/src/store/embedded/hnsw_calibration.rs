@@ -16,7 +16,7 @@ use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::exact_vectors::{dot, normalise, top_k};
+use crate::store::exact_vectors::{dot, normalise, top_k};
 
 /// Neighbours per probe query.
 const K: usize = 10;

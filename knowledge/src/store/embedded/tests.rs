@@ -2,13 +2,15 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::layout::source_key;
 use super::*;
-use crate::store::layout::source_key;
+use crate::store::SearchMode;
+use crate::store::exact_vectors::normalise;
+use crate::validate::QuarantineEntry;
 
 pub(crate) fn profile(dimensions: usize) -> EmbeddingProfile {
     EmbeddingProfile {
@@ -584,49 +586,60 @@ fn large_collections_search_an_hnsw_snapshot_that_persists_and_tracks_changes() 
 }
 
 #[test]
-fn searches_during_concurrent_replaces_see_a_source_whole_before_or_after() {
+fn the_embedded_store_passes_the_conformance_suite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap());
-    store.ensure_collection("live", &profile(D)).unwrap();
-    let version = |v: usize| -> Vec<StoredChunk> {
-        (0..6)
-            .map(|j| {
-                chunk(
-                    "doc",
-                    &format!("v{v}-{j}"),
-                    j,
-                    &format!("shared marker text version{v} part{j}"),
-                    D,
-                )
-            })
-            .collect()
-    };
-    replace(&store, "live", "doc", version(0), D);
-    let done = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let store = Arc::clone(&store);
-        let done = Arc::clone(&done);
-        std::thread::spawn(move || {
-            for round in 1..=30 {
-                replace(&store, "live", "doc", version(round % 2), D);
-            }
-            done.store(true, Ordering::SeqCst);
-        })
-    };
-    let mut observed = 0;
-    while !done.load(Ordering::SeqCst) || observed == 0 {
-        let hits = store.search("live", &text_request("marker", 50)).unwrap();
-        let found: BTreeSet<String> = hits.iter().map(|h| h.chunk.id.clone()).collect();
-        let v0: BTreeSet<String> = version(0).into_iter().map(|c| c.id).collect();
-        let v1: BTreeSet<String> = version(1).into_iter().map(|c| c.id).collect();
-        assert!(found == v0 || found == v1, "mixed state {found:?}");
-        let hits = store
-            .search("live", &vector_request(vector_for("v1-2", D), 50))
+    let mut opened = 0;
+    crate::store::conformance::document_store_suite(&mut || {
+        opened += 1;
+        Arc::new(
+            EmbeddedStore::open(
+                &dir.path().join(opened.to_string()),
+                StoreSettings::default(),
+            )
+            .unwrap(),
+        )
+    });
+}
+
+#[test]
+fn the_embedded_quarantine_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = Vec::new();
+    crate::store::conformance::quarantine_store_suite(&mut || {
+        let store = EmbeddedStore::open(
+            &dir.path().join(stores.len().to_string()),
+            StoreSettings::default(),
+        )
+        .unwrap();
+        let quarantine = store.quarantine().unwrap();
+        stores.push(store);
+        quarantine
+    });
+}
+
+#[test]
+fn quarantine_entries_persist_across_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = QuarantineEntry::new("kb", "evil.md", "fake role marker", b"<|im_start|>system");
+    {
+        let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+        let quarantine = store.quarantine().unwrap();
+        quarantine.put(&entry).unwrap();
+        quarantine
+            .put(&QuarantineEntry::new(
+                "kb",
+                "manual.pdf#page=2",
+                "hidden text",
+                b"two",
+            ))
             .unwrap();
-        let found: BTreeSet<String> = hits.iter().map(|h| h.chunk.id.clone()).collect();
-        assert!(found == v0 || found == v1, "mixed vector state {found:?}");
-        observed += 1;
+        quarantine.remove("kb", "manual.pdf").unwrap();
+        store.flush().unwrap();
     }
-    writer.join().unwrap();
-    assert!(observed > 0);
+    let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+    let quarantine = store.quarantine().unwrap();
+    assert_eq!(quarantine.list(None).unwrap(), vec![entry.clone()]);
+    assert_eq!(quarantine.get("kb", "evil.md").unwrap(), Some(entry));
+    // The quarantine tree is not a collection.
+    assert!(store.collections().unwrap().is_empty());
 }

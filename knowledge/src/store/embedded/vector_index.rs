@@ -14,12 +14,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::VectorIndexStatus;
-use super::exact_vectors::{ExactVectors, top_k};
 use super::hnsw_calibration::Calibration;
 use super::hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
 use super::index_stamp::IndexStamp;
 use crate::settings::StoreSettings;
+use crate::store::VectorIndexStatus;
+use crate::store::exact_vectors::{ExactVectors, top_k};
 
 /// The live vectors of a collection and its current HNSW snapshot, if any.
 pub struct VectorIndex {
