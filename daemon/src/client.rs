@@ -8,6 +8,7 @@ use futures::StreamExt;
 use orkeon_knowledge::ingest::IngestReport;
 use orkeon_knowledge::store::{CollectionInfo, Manifest};
 use orkeon_knowledge::types::RagAnswer;
+use orkeon_knowledge::validate::QuarantineEntry;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -193,6 +194,25 @@ impl KnowledgeApi for RemoteKnowledge {
             })
             .await?;
         Ok(())
+    }
+
+    async fn quarantine(
+        &self,
+        collection: Option<&str>,
+    ) -> Result<Vec<QuarantineEntry>, ServiceError> {
+        let response = self
+            .client()
+            .await?
+            .list_quarantine(pb::ListQuarantineRequest {
+                collection: collection.unwrap_or_default().to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(response
+            .entries
+            .into_iter()
+            .map(convert::quarantine_entry_from_pb)
+            .collect())
     }
 
     async fn evaluate(

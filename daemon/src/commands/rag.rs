@@ -29,6 +29,12 @@ pub enum RagCommand {
         /// Collection name.
         collection: String,
     },
+    /// List sources refused by validation (integrity or prompt injection); never searchable.
+    Quarantine {
+        /// Only this collection's entries.
+        #[arg(long)]
+        collection: Option<String>,
+    },
     /// Delete a collection with its chunks, manifest and indexes.
     Delete {
         /// Collection name.
@@ -214,6 +220,23 @@ async fn execute(
                 out.print_json(&serde_json::json!({"collection": collection, "deleted": true}))?;
             } else {
                 println!("collection {collection} deleted");
+            }
+            Ok(true)
+        }
+        RagCommand::Quarantine { collection } => {
+            let entries = api.quarantine(collection.as_deref()).await?;
+            if out.json {
+                out.print_json(&entries)?;
+                return Ok(true);
+            }
+            if entries.is_empty() {
+                println!("nothing is quarantined");
+            }
+            for e in &entries {
+                println!(
+                    "{}/{}  {}  ({})",
+                    e.collection, e.source_id, e.reason, e.quarantined_at
+                );
             }
             Ok(true)
         }

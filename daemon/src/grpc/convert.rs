@@ -10,6 +10,7 @@ use orkeon_knowledge::store::{
     CollectionInfo, Manifest, SearchMode, SourceRecord, VectorIndexStatus,
 };
 use orkeon_knowledge::types::{Citation, EmbeddingProfile, RagAnswer, RagTrace, ScoreOrigin};
+use orkeon_knowledge::validate::QuarantineEntry;
 
 use crate::proto::v1 as pb;
 use crate::runs::{RunRecord, StoredEvent};
@@ -363,6 +364,28 @@ pub fn manifest_from_pb(m: pb::Manifest) -> Manifest {
             })
             .collect(),
         corrupt_entries: m.corrupt_entries,
+    }
+}
+
+pub fn quarantine_entry_to_pb(e: QuarantineEntry) -> pb::QuarantineEntry {
+    pb::QuarantineEntry {
+        collection: e.collection,
+        source_id: e.source_id,
+        reason: e.reason,
+        content_hash: e.content_hash,
+        quarantined_at: e.quarantined_at,
+        excerpt: e.excerpt,
+    }
+}
+
+pub fn quarantine_entry_from_pb(e: pb::QuarantineEntry) -> QuarantineEntry {
+    QuarantineEntry {
+        collection: e.collection,
+        source_id: e.source_id,
+        reason: e.reason,
+        content_hash: e.content_hash,
+        quarantined_at: e.quarantined_at,
+        excerpt: e.excerpt,
     }
 }
 

@@ -82,6 +82,20 @@ impl KnowledgeService for KnowledgeRpc {
         }))
     }
 
+    async fn list_quarantine(
+        &self,
+        request: Request<pb::ListQuarantineRequest>,
+    ) -> Result<Response<pb::ListQuarantineResponse>, Status> {
+        let collection = request.into_inner().collection;
+        let entries = self.app.quarantine(Some(&collection)).await?;
+        Ok(Response::new(pb::ListQuarantineResponse {
+            entries: entries
+                .into_iter()
+                .map(convert::quarantine_entry_to_pb)
+                .collect(),
+        }))
+    }
+
     async fn evaluate(
         &self,
         request: Request<pb::EvaluateRequest>,

@@ -1,5 +1,5 @@
 //! Knowledge operations, each written once: ingest, retrieve (search), query, collections,
-//! manifest, delete and evaluate.
+//! manifest, delete, quarantine and evaluate.
 //!
 //! [`KnowledgeApi`] is the contract every surface speaks. [`KnowledgeApp`] implements it over
 //! this process's store, embedder and profiles (the CLI without `--server`, and the daemon
@@ -27,6 +27,7 @@ use orkeon_knowledge::store::{
     CollectionInfo, DocumentStore, EmbeddedStore, Manifest, SearchMode, SearchRequest,
 };
 use orkeon_knowledge::types::{Citation, RagAnswer, RagTrace};
+use orkeon_knowledge::validate::QuarantineEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -144,6 +145,11 @@ pub trait KnowledgeApi: Send + Sync {
     async fn collections(&self) -> Result<Vec<CollectionInfo>, ServiceError>;
     async fn manifest(&self, collection: &str) -> Result<Manifest, ServiceError>;
     async fn delete(&self, collection: &str) -> Result<(), ServiceError>;
+    /// Quarantined sources (of one collection, or of all), sorted by collection and source.
+    async fn quarantine(
+        &self,
+        collection: Option<&str>,
+    ) -> Result<Vec<QuarantineEntry>, ServiceError>;
     async fn evaluate(
         &self,
         params: EvalParams,
@@ -416,6 +422,20 @@ impl KnowledgeApi for KnowledgeApp {
         let _writing = self.gates.write(collection).await;
         self.store.drop_collection(collection)?;
         Ok(())
+    }
+
+    async fn quarantine(
+        &self,
+        collection: Option<&str>,
+    ) -> Result<Vec<QuarantineEntry>, ServiceError> {
+        let collection = collection.filter(|c| !c.trim().is_empty());
+        if let Some(name) = collection {
+            self.require_collection(name)?;
+        }
+        let quarantine = self.store.quarantine()?;
+        quarantine
+            .list(collection)
+            .map_err(|e| ServiceError::Internal(e.to_string()))
     }
 
     async fn evaluate(
