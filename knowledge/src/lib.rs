@@ -9,6 +9,7 @@ pub mod chunk;
 pub mod corrective;
 pub mod embed;
 pub mod eval;
+pub mod fusion;
 pub mod ingest;
 pub mod load;
 pub mod query;
