@@ -6,5 +6,6 @@
 
 pub mod graph;
 pub mod ports;
+pub mod retry;
 pub mod run;
 pub mod spec;
