@@ -15,8 +15,9 @@
 //! - [`pipeline`]: [`StagedRagPipeline`], which runs the stages and traces each of them;
 //! - [`profiles`]: [`ProfileResolver`], profile name → memoised pipeline.
 //!
-//! Support modules: [`content_words`] (the word normalisation the heuristic stages share) and
-//! [`llm_output`] (tolerant parsing of LLM answers).
+//! Support module: [`llm_output`] (tolerant parsing of LLM answers). What a content word is (the
+//! word normalisation the heuristic stages share with the extractive model) is
+//! `orkeon_crews::text`.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,6 @@ use crate::types::RagAnswer;
 use orkeon_crews::ports::ChatError;
 
 pub mod assemble;
-pub mod content_words;
 pub mod fuse;
 pub mod generate;
 pub mod groundedness;
