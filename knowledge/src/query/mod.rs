@@ -19,13 +19,15 @@
 //! word normalisation the heuristic stages share with the extractive model) is
 //! `orkeon_crews::text`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::EmbedError;
 use crate::store::StoreError;
 use crate::types::RagAnswer;
-use orkeon_crews::ports::ChatError;
+use orkeon_crews::ports::{ChatError, ChatModel};
 
 pub mod assemble;
 pub mod fuse;
@@ -53,6 +55,15 @@ pub use pipeline::{PipelineDeps, StagedRagPipeline};
 pub use profiles::{PipelineBuilder, ProfileResolver};
 pub use rerank::{Reranker, RerankerFactory};
 pub use transform::{QueryTransformer, TransformKind, TransformOutput, TransformerFactory};
+
+/// Whether `chat` can play the LLM roles (retrieval grader, query rewriter, route classifier):
+/// any model but the offline `extractive` one, which answers by quoting passages.
+pub fn is_real_llm(chat: Option<&Arc<dyn ChatModel>>) -> bool {
+    chat.is_some_and(|c| {
+        let name = c.name();
+        name != "extractive" && !name.starts_with("extractive:")
+    })
+}
 
 /// A question asked of one collection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
