@@ -237,17 +237,7 @@ impl CorrectiveRagPipeline {
     }
 
     async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
-        if q.text.trim().is_empty() {
-            return Err(QueryError::EmptyQuestion);
-        }
-        if q.collection.trim().is_empty() {
-            return Err(QueryError::EmptyCollection);
-        }
-        if q.top_n == Some(0) {
-            return Err(QueryError::InvalidQuery(
-                "top_n must be at least 1 (or left unset to use the profile's value)".into(),
-            ));
-        }
+        q.check()?;
         let started = Instant::now();
         let options = &self.engine.options;
         let trace = RagTrace {

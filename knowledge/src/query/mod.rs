@@ -90,6 +90,22 @@ impl RagQuery {
         self.top_n = Some(top_n);
         self
     }
+
+    /// Fails on what no pipeline can answer: an empty question or collection, `top_n` 0.
+    pub fn check(&self) -> Result<(), QueryError> {
+        if self.text.trim().is_empty() {
+            return Err(QueryError::EmptyQuestion);
+        }
+        if self.collection.trim().is_empty() {
+            return Err(QueryError::EmptyCollection);
+        }
+        if self.top_n == Some(0) {
+            return Err(QueryError::InvalidQuery(
+                "top_n must be at least 1 (or left unset to use the profile's value)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The query façade: a question in, a cited and traced answer out.

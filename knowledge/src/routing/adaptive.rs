@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use orkeon_crews::ports::{ChatMessage, ChatRequest};
 use serde_json::json;
 use tracing::Instrument;
 
 use super::{QueryComplexityClassifier, QueryRoute, build_classifier};
+use crate::query::generate::GenerateStep;
 use crate::query::options::{RagOptions, resolve_options};
 use crate::query::pipeline::PipelineDeps;
 use crate::query::profiles::{PipelineBuilder, ProfileResolver, staged_profile};
@@ -159,44 +159,25 @@ impl AdaptiveRagPipeline {
         trace: &mut RagTrace,
     ) -> Result<String, QueryError> {
         let started = Instant::now();
-        let chat = self
-            .deps
-            .chat
-            .as_ref()
-            .ok_or_else(|| QueryError::NoChatModel {
-                stage: "adaptive direct answer".into(),
-            })?;
-        let mut request = ChatRequest::new(vec![
-            ChatMessage::system(DIRECT_ANSWER_PROMPT),
-            ChatMessage::user(q.text.trim()),
-        ]);
-        request.temperature = self.options.generation.temperature;
-        request.max_tokens = self.options.generation.max_output_tokens;
-        let response = chat
-            .chat(request)
-            .await
-            .map_err(|source| QueryError::Chat {
-                stage: "adaptive direct answer".into(),
-                source,
-            })?;
-        let model = if response.model.is_empty() {
-            chat.name()
-        } else {
-            response.model.clone()
-        };
+        let step = GenerateStep::new(
+            self.deps.chat.as_ref(),
+            "adaptive direct answer",
+            &self.options.generation,
+        )?;
+        let reply = step.reply(DIRECT_ANSWER_PROMPT, q.text.trim()).await?;
         trace.push(
             "generate",
             started.elapsed().as_secs_f64() * 1000.0,
             json!({
-                "model": model,
+                "model": reply.model,
                 "route": QueryRoute::NoRetrieval.as_str(),
                 "passages": 0,
                 "note": "no retrieval: direct answer without citations",
-                "prompt_tokens": response.usage.prompt_tokens,
-                "completion_tokens": response.usage.completion_tokens,
+                "prompt_tokens": reply.usage.prompt_tokens,
+                "completion_tokens": reply.usage.completion_tokens,
             }),
         );
-        Ok(response.content.trim().to_string())
+        Ok(reply.content.trim().to_string())
     }
 
     async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
