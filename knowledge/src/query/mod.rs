@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::EmbedError;
+use crate::registry::UnknownName;
 use crate::store::StoreError;
 use crate::types::RagAnswer;
 use orkeon_crews::ports::{ChatError, ChatModel};
@@ -148,14 +149,15 @@ pub async fn retrieve_only(
 /// Why a query (or building a pipeline) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
-    #[error("unknown RAG profile '{name}'; known profiles: {}. Set rag.profile (or ORKEON_RAG__PROFILE) to one of them", known.join(", "))]
-    UnknownProfile { name: String, known: Vec<String> },
+    /// A profile name nobody answers to (see `options::PROFILE_LABEL`).
+    #[error(transparent)]
+    UnknownProfile(UnknownName),
     #[error("RAG profile '{name}' is not yet available: {reason}")]
     ProfileNotAvailable { name: String, reason: String },
-    #[error("unknown reranker '{name}' (rag.rerank.kind); known rerankers: {}", known.join(", "))]
-    UnknownReranker { name: String, known: Vec<String> },
-    #[error("unknown query transformer '{name}' (rag.query_transform.mode); known transformers: {}", known.join(", "))]
-    UnknownTransformer { name: String, known: Vec<String> },
+    #[error(transparent)]
+    UnknownReranker(UnknownName),
+    #[error(transparent)]
+    UnknownTransformer(UnknownName),
     #[error("invalid value for rag.{key}: {reason}")]
     InvalidOption { key: String, reason: String },
     #[error("invalid query: {0}")]

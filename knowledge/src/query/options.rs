@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use super::QueryError;
+use crate::registry::{Label, UnknownName};
 use crate::settings::RagSettings;
 pub use crate::settings::query::{
     ContextOrdering, ContextSettings, CorrectiveSettings, CorrectiveWebFallbackSettings,
@@ -19,6 +20,14 @@ pub use crate::settings::query::{
 
 /// Profile names with a preset, in documentation order.
 pub const PRESET_PROFILES: &[&str] = &["fast", "balanced", "quality", "adaptive", "corrective"];
+
+/// How an unknown profile name is reported (here and by the profile resolver).
+pub const PROFILE_LABEL: Label = Label {
+    kind: "RAG profile",
+    plural: "profiles",
+    key: None,
+    advice: Some("Set rag.profile (or ORKEON_RAG__PROFILE) to one of them"),
+};
 
 /// The built-in grounded system prompt (`rag.generation.system_prompt` overrides it).
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You answer questions using only the numbered context passages you are given. \
@@ -211,9 +220,12 @@ fn component_name(key: &str, value: &str) -> Result<String, QueryError> {
 /// key.
 pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptions, QueryError> {
     let profile = profile.trim().to_ascii_lowercase();
-    let preset = preset(&profile).ok_or_else(|| QueryError::UnknownProfile {
-        name: profile.clone(),
-        known: PRESET_PROFILES.iter().map(|s| s.to_string()).collect(),
+    let preset = preset(&profile).ok_or_else(|| {
+        QueryError::UnknownProfile(UnknownName::new(
+            &PROFILE_LABEL,
+            &profile,
+            PRESET_PROFILES.iter().map(|s| s.to_string()).collect(),
+        ))
     })?;
 
     let r = &settings.retrieval;

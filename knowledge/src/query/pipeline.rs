@@ -79,13 +79,7 @@ impl StagedRagPipeline {
             Some(deps.rerankers.create(&options.rerank.kind, &ctx)?)
         } else {
             // Even a disabled stage must not hide a misspelt name.
-            let known = deps.rerankers.known();
-            if !deps.rerankers.is_known(&options.rerank.kind) {
-                return Err(QueryError::UnknownReranker {
-                    name: options.rerank.kind.clone(),
-                    known,
-                });
-            }
+            deps.rerankers.check(&options.rerank.kind)?;
             None
         };
         let tokens = deps.embedder.token_counter();
