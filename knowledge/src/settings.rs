@@ -1,10 +1,13 @@
-//! Configuration of the ingestion half of the RAG subsystem (the `embeddings:` section and the
-//! `rag.ingestion` / `rag.store` keys of `config/orkeon.yaml`). Every struct rejects unknown
-//! keys so that a typo is an error, not a silent default.
+//! Configuration of the RAG subsystem: the `embeddings:` section, the `rag:` section
+//! ([`RagSettings`]) with its ingestion half (`rag.ingestion` / `rag.store`) here and its
+//! query-side keys in [`query`]. Every struct rejects unknown keys so that a typo is an error,
+//! not a silent default. Nothing here depends on the modules that use it.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+pub mod query;
 
 /// `embeddings:` — which embedder computes vectors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -218,7 +221,7 @@ impl StoreSettings {
 }
 
 /// The `rag:` section of the configuration (mirrors the reference's `Orkeon:Rag` table).
-/// Query-side keys are added next to the query pipeline's options.
+/// Query-side keys are in [`query`]; the query pipeline resolves them against a profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RagSettings {
@@ -228,16 +231,16 @@ pub struct RagSettings {
     pub collection: Option<String>,
     pub ingestion: IngestionSettings,
     pub store: StoreSettings,
-    // Query-side keys (types in `crate::query::options`; unset = the profile preset's value).
-    pub retrieval: crate::query::options::RetrievalSettings,
-    pub query_transform: crate::query::options::QueryTransformSettings,
-    pub rerank: crate::query::options::RerankSettings,
-    pub context: crate::query::options::ContextSettings,
-    pub groundedness: crate::query::options::GroundednessSettings,
-    pub generation: crate::query::options::GenerationSettings,
-    pub query_routing: crate::query::options::QueryRoutingSettings,
-    pub corrective: crate::query::options::CorrectiveSettings,
-    pub web_fallback: crate::query::options::WebFallbackSettings,
+    // Query-side keys (unset = the profile preset's value).
+    pub retrieval: query::RetrievalSettings,
+    pub query_transform: query::QueryTransformSettings,
+    pub rerank: query::RerankSettings,
+    pub context: query::ContextSettings,
+    pub groundedness: query::GroundednessSettings,
+    pub generation: query::GenerationSettings,
+    pub query_routing: query::QueryRoutingSettings,
+    pub corrective: query::CorrectiveSettings,
+    pub web_fallback: query::WebFallbackSettings,
 }
 
 impl Default for RagSettings {

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible chat-completions client (`POST {base_url}/chat/completions`) over
 //! reqwest: bearer key from a named environment variable, JSON mode, tool calls, per-call
-//! timeouts, retries with exponential backoff and jitter, and SSE streaming.
+//! timeouts, retries under the shared [`RetryPolicy`] (exponential backoff with full jitter,
+//! `Retry-After` honoured), and SSE streaming.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -11,15 +12,11 @@ use futures::{Stream, StreamExt};
 use orkeon_crews::ports::{
     ChatError, ChatMessage, ChatModel, ChatRequest, ChatResponse, Role, ToolCall, Usage,
 };
+use orkeon_crews::retry::{Failure, RetryPolicy, retry_after};
 use serde_json::{Value, json};
 
 use super::OpenAiChatSettings;
 
-/// First retry delay; doubles per attempt up to [`MAX_BACKOFF`], then jittered to 50–100 %.
-const BASE_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(8);
-/// A `Retry-After` longer than this is ignored in favour of the computed backoff.
-const MAX_HONOURED_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// Error bodies are quoted up to this many characters.
 const MAX_ERROR_BODY: usize = 2_000;
 
@@ -50,20 +47,11 @@ impl std::fmt::Debug for OpenAiChatModel {
 }
 
 /// A failed attempt and whether another one may succeed.
-struct AttemptFailure {
-    error: ChatError,
-    retryable: bool,
-    retry_after: Option<Duration>,
-}
+type AttemptFailure = Failure<ChatError>;
 
-impl AttemptFailure {
-    fn transport(error: reqwest::Error) -> Self {
-        Self {
-            error: ChatError::Transport(error_chain(&error)),
-            retryable: true,
-            retry_after: None,
-        }
-    }
+/// A transport failure (connection, body): worth another attempt.
+fn transport_failure(error: reqwest::Error) -> AttemptFailure {
+    Failure::retryable(ChatError::Transport(error_chain(&error)))
 }
 
 impl OpenAiChatModel {
@@ -175,49 +163,48 @@ impl OpenAiChatModel {
         body
     }
 
-    /// Runs `attempt` (each run bounded by the timeout), retrying retryable failures with
-    /// backoff up to `max_retries` times.
+    /// Runs `attempt` (each run bounded by the timeout), retrying retryable failures under the
+    /// shared [`RetryPolicy`] with `max_retries` retries.
     async fn with_retries<T, F, Fut>(&self, mut run_attempt: F) -> Result<T, ChatError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, AttemptFailure>>,
     {
-        let mut attempt: u32 = 0;
-        loop {
-            let failure = match tokio::time::timeout(self.timeout, run_attempt()).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(failure)) => failure,
-                Err(_) => AttemptFailure {
-                    error: ChatError::Timeout(self.timeout_ms()),
-                    retryable: true,
-                    retry_after: None,
+        let timeout = self.timeout;
+        let timeout_ms = self.timeout_ms();
+        let result = RetryPolicy::new(self.max_retries)
+            .run(
+                || {
+                    let attempt = run_attempt();
+                    async move {
+                        match tokio::time::timeout(timeout, attempt).await {
+                            Ok(outcome) => outcome,
+                            Err(_) => Err(Failure::retryable(ChatError::Timeout(timeout_ms))),
+                        }
+                    }
                 },
-            };
-            if !failure.retryable || attempt >= self.max_retries {
-                if attempt > 0 {
+                |notice| {
                     tracing::warn!(
                         model = %self.model,
-                        attempts = attempt + 1,
-                        error = %failure.error,
-                        "LLM call failed after retries"
+                        attempt = notice.attempt,
+                        delay_ms = u64::try_from(notice.delay.as_millis()).unwrap_or(u64::MAX),
+                        error = %notice.error,
+                        "LLM call failed; retrying"
                     );
-                }
-                return Err(failure.error);
+                },
+            )
+            .await;
+        result.map_err(|gave_up| {
+            if gave_up.attempts > 1 {
+                tracing::warn!(
+                    model = %self.model,
+                    attempts = gave_up.attempts,
+                    error = %gave_up.error,
+                    "LLM call failed after retries"
+                );
             }
-            let delay = failure
-                .retry_after
-                .filter(|d| *d <= MAX_HONOURED_RETRY_AFTER)
-                .unwrap_or_else(|| backoff_delay(attempt));
-            tracing::warn!(
-                model = %self.model,
-                attempt = attempt + 1,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error = %failure.error,
-                "LLM call failed; retrying"
-            );
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-        }
+            gave_up.error
+        })
     }
 
     async fn send_once(&self, body: &Value) -> Result<reqwest::Response, AttemptFailure> {
@@ -225,21 +212,22 @@ impl OpenAiChatModel {
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = builder.send().await.map_err(AttemptFailure::transport)?;
+        let response = builder.send().await.map_err(transport_failure)?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
-        let retry_after = retry_after(response.headers());
+        let headers = response.headers();
+        let wait = retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
         let text = response.text().await.unwrap_or_default();
-        Err(AttemptFailure {
-            error: ChatError::Status {
+        Err(Failure::status(
+            ChatError::Status {
                 status: status.as_u16(),
                 body: truncate(&text, MAX_ERROR_BODY),
             },
-            retryable: status.as_u16() == 429 || status.is_server_error(),
-            retry_after,
-        })
+            status.as_u16(),
+            wait,
+        ))
     }
 
     /// Streams the answer's text deltas (server-sent events). The connection is retried like
@@ -280,16 +268,12 @@ impl ChatModel for OpenAiChatModel {
                 let response = self.send_once(&body).await?;
                 response.json::<Value>().await.map_err(|e| {
                     if e.is_decode() {
-                        AttemptFailure {
-                            error: ChatError::InvalidResponse(format!(
-                                "the body from {} is not JSON: {e}",
-                                self.endpoint
-                            )),
-                            retryable: false,
-                            retry_after: None,
-                        }
+                        Failure::fatal(ChatError::InvalidResponse(format!(
+                            "the body from {} is not JSON: {e}",
+                            self.endpoint
+                        )))
                     } else {
-                        AttemptFailure::transport(e)
+                        transport_failure(e)
                     }
                 })
             })
@@ -415,30 +399,6 @@ fn token_count(usage: &Value, key: &str) -> u32 {
         .get(key)
         .and_then(Value::as_u64)
         .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
-}
-
-/// `Retry-After-Ms` (milliseconds) or `Retry-After` (seconds).
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let read = |name: &str| -> Option<f64> {
-        headers
-            .get(name)?
-            .to_str()
-            .ok()?
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
-    };
-    read("retry-after-ms")
-        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
-        .or_else(|| read("retry-after").map(Duration::from_secs_f64))
-}
-
-/// Exponential backoff with jitter: `BASE · 2^attempt`, capped, scaled by a random 50–100 %.
-fn backoff_delay(attempt: u32) -> Duration {
-    let exponential = BASE_BACKOFF.saturating_mul(1u32 << attempt.min(16));
-    let capped = exponential.min(MAX_BACKOFF);
-    capped.mul_f64(rand::random_range(0.5..=1.0))
 }
 
 fn truncate(text: &str, max_chars: usize) -> String {
@@ -791,34 +751,5 @@ mod tests {
         assert!(deltas.len() > 1, "{deltas:?}");
         assert_eq!(deltas.concat(), text);
         assert_eq!(server.requests()[0]["stream"], true);
-    }
-
-    #[test]
-    fn backoff_grows_and_stays_capped() {
-        for attempt in 0..20 {
-            let delay = backoff_delay(attempt);
-            let full = BASE_BACKOFF
-                .saturating_mul(1u32 << attempt.min(16))
-                .min(MAX_BACKOFF);
-            assert!(
-                delay >= full / 2 && delay <= full,
-                "attempt {attempt}: {delay:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_milliseconds() {
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert("retry-after", "2".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
-        headers.insert("retry-after-ms", "150".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(150)));
-        headers.clear();
-        headers.insert(
-            "retry-after",
-            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
-        );
-        assert_eq!(retry_after(&headers), None);
     }
 }

@@ -29,9 +29,9 @@ use serde_json::Value;
 
 use crate::query::QueryError;
 use crate::query::assemble::passage_line;
-use crate::query::content_words::content_word_set;
 use crate::query::llm_output::extract_json;
 use crate::types::ScoredChunk;
+use orkeon_crews::text::content_word_set;
 
 /// The heuristic's best-chunk relevance at or above which retrieval is `Correct`.
 pub const HEURISTIC_CORRECT_AT: f32 = 0.6;

@@ -2,16 +2,15 @@
 //! shared components they run with. Every node appends a `corrective:<node>` trace step whose
 //! detail carries `iteration` (the rewrites consumed so far).
 //!
-//! Generation reuses the staged pipeline's stage functions: [`assemble`] (token budget, edges
-//! layout), [`user_message`] (the prompt convention), [`clean_markers`] and [`citations_for`]
-//! (rank-based `[n]` markers), and always answers the original question.
+//! Generation reuses the staged pipeline's stages: [`assemble`] (token budget, edges layout) and
+//! [`GenerateStep`] (the prompt convention, marker clean-up, rank-based `[n]` citations), and
+//! always answers the original question.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use orkeon_crews::graph::{Node, NodeError};
-use orkeon_crews::ports::{ChatMessage, ChatRequest};
 use serde_json::{Value, json};
 
 use super::evaluator::RetrievalEvaluator;
@@ -21,7 +20,7 @@ use super::state::{GeneratedAnswer, RagGraphState, RewriteTrigger, node};
 use crate::embed::TokenCounter;
 use crate::query::QueryError;
 use crate::query::assemble::assemble;
-use crate::query::generate::{citations_for, clean_markers, no_context_answer, user_message};
+use crate::query::generate::{GenerateStep, no_context_answer};
 use crate::query::options::RagOptions;
 use crate::query::pipeline::PipelineDeps;
 use crate::store::{SearchMode, SearchRequest};
@@ -322,62 +321,31 @@ impl CorrectiveEngine {
             );
             return Ok(());
         }
-        let chat = self
-            .deps
-            .chat
-            .as_ref()
-            .ok_or_else(|| QueryError::NoChatModel {
-                stage: "corrective:generate".into(),
-            })?;
-        let mut request = ChatRequest::new(vec![
-            ChatMessage::system(o.generation.system_prompt.clone()),
-            // The original question, never the rewritten probe.
-            ChatMessage::user(user_message(&s.query.text, &context)),
-        ]);
-        request.temperature = o.generation.temperature;
-        request.max_tokens = o.generation.max_output_tokens;
-        let response = chat
-            .chat(request)
-            .await
-            .map_err(|source| QueryError::Chat {
-                stage: "corrective:generate".into(),
-                source,
-            })?;
-        let model = if response.model.is_empty() {
-            chat.name()
-        } else {
-            response.model.clone()
-        };
-        let cleanup = clean_markers(&response.content, context.chunks.len());
-        if !cleanup.removed.is_empty() {
-            tracing::warn!(model = %model, removed = ?cleanup.removed, "the model cited passages that do not exist; markers removed");
-        }
-        let citations = citations_for(&context, &cleanup.cited);
+        let step = GenerateStep::new(
+            self.deps.chat.as_ref(),
+            "corrective:generate",
+            &o.generation,
+        )?;
+        // The original question, never the rewritten probe.
+        let answer = step.grounded(&s.query.text, &context).await?;
         let web_passages = context
             .chunks
             .iter()
             .filter(|c| c.origin == ScoreOrigin::Web)
             .count();
-        let detail = json!({
-            "model": model,
-            "passages": context.chunks.len(),
-            "web_passages": web_passages,
-            "layout": context.layout_markers(),
-            "dropped_by_budget": context.dropped_by_budget,
-            "tokens": context.tokens,
-            "cited": cleanup.cited,
-            "removed_markers": cleanup.removed,
-            "prompt_tokens": response.usage.prompt_tokens,
-            "completion_tokens": response.usage.completion_tokens,
-            "outside_graph": outside_graph,
-        });
+        let mut detail = answer.trace_detail();
+        detail.insert("web_passages".into(), json!(web_passages));
+        detail.insert("layout".into(), json!(context.layout_markers()));
+        detail.insert("dropped_by_budget".into(), json!(context.dropped_by_budget));
+        detail.insert("tokens".into(), json!(context.tokens));
+        detail.insert("outside_graph".into(), json!(outside_graph));
         s.answer = Some(GeneratedAnswer {
-            text: cleanup.text,
-            citations,
+            text: answer.text,
+            citations: answer.citations,
             context,
             no_context: false,
         });
-        push(s, node::GENERATE, started, detail);
+        push(s, node::GENERATE, started, Value::Object(detail));
         Ok(())
     }
 

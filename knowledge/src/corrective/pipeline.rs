@@ -51,14 +51,8 @@ use crate::web::{WebDocumentRetriever, WebSearchRetriever};
 /// A conditional edge of the graph (a router reading the state).
 pub type GraphRouter = Box<dyn Fn(&RagGraphState) -> String + Send + Sync>;
 
-/// Whether `chat` can play the LLM roles (grader, rewriter): any model but the offline
-/// `extractive` one, which answers by quoting passages.
-pub fn is_real_llm(chat: Option<&Arc<dyn ChatModel>>) -> bool {
-    chat.is_some_and(|c| {
-        let name = c.name();
-        name != "extractive" && !name.starts_with("extractive:")
-    })
-}
+/// Kept here too for callers of `corrective::is_real_llm`.
+pub use crate::query::is_real_llm;
 
 /// The graph's pluggable components.
 #[derive(Clone)]
@@ -243,17 +237,7 @@ impl CorrectiveRagPipeline {
     }
 
     async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
-        if q.text.trim().is_empty() {
-            return Err(QueryError::EmptyQuestion);
-        }
-        if q.collection.trim().is_empty() {
-            return Err(QueryError::EmptyCollection);
-        }
-        if q.top_n == Some(0) {
-            return Err(QueryError::InvalidQuery(
-                "top_n must be at least 1 (or left unset to use the profile's value)".into(),
-            ));
-        }
+        q.check()?;
         let started = Instant::now();
         let options = &self.engine.options;
         let trace = RagTrace {

@@ -29,8 +29,11 @@ pub fn register_profiles(resolver: &ProfileResolver) {
     resolver.register(
         "adaptive",
         Arc::new(|settings, deps| {
-            let delegates: Arc<dyn DelegateSource> =
-                Arc::new(OwnDelegates::new(settings.clone(), deps.clone()));
+            let delegates: Arc<dyn DelegateSource> = Arc::new(OwnDelegates::new(
+                settings.clone(),
+                deps.clone(),
+                corrective_builder(),
+            ));
             Ok(Arc::new(AdaptiveRagPipeline::from_settings(
                 "adaptive", settings, deps, delegates,
             )?) as Arc<dyn RagPipeline>)

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use unicode_segmentation::UnicodeSegmentation;
 
-use crate::query::content_words::content_word_set;
 use crate::types::ScoredChunk;
+use orkeon_crews::text::content_word_set;
 
 /// Per-chunk relevance a chunk needs to survive `refine`.
 pub const REFINE_RELEVANCE_THRESHOLD: f32 = 0.5;

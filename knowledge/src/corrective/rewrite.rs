@@ -26,9 +26,9 @@ use orkeon_crews::ports::{ChatMessage, ChatModel, ChatRequest};
 use serde_json::Value;
 use unicode_segmentation::UnicodeSegmentation;
 
-use crate::query::content_words::{content_word_set, content_words};
 use crate::query::llm_output::{extract_json, parse_variants};
 use crate::types::ScoredChunk;
+use orkeon_crews::text::{content_word_set, content_words};
 
 /// Expansion terms the heuristic rewriter adds.
 pub const FEEDBACK_TERMS: usize = 6;

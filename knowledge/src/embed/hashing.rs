@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use super::onnx::l2_normalise;
 use super::test_tokenizer::test_tokenizer;
 use super::{EmbedError, EmbedStats, Embedder, TokenCounter};
-use crate::query::content_words::content_words;
+use orkeon_crews::text::content_words;
 use crate::types::EmbeddingProfile;
 
 /// Provider label of every hash embedder's profile.

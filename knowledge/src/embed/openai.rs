@@ -3,8 +3,9 @@
 //!
 //! The API key is read from the environment variable `embeddings.openai.api_key_env` names and
 //! is never logged. Inputs go in batches of `embeddings.openai.batch_size`; 429, 5xx answers and
-//! transport errors/timeouts are retried up to `max_retries` times with exponential backoff and
-//! jitter (a `Retry-After` header is honoured). Vectors are checked against
+//! transport errors/timeouts are retried up to `max_retries` times under the shared
+//! [`RetryPolicy`] (exponential backoff with full jitter, a `Retry-After` header honoured).
+//! Vectors are checked against
 //! `embeddings.openai.dimensions` (or the first answer's size) and L2-normalised.
 //!
 //! Token counting: the bge-small-en-v1.5 tokenizer when that model resolves locally (no
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rand::Rng;
+use orkeon_crews::retry::{Failure, RetryPolicy, retry_after};
 use serde::Deserialize;
 
 use super::models::ModelSearch;
@@ -35,10 +36,6 @@ impl TokenCounter for CharsPerFourEstimate {
         text.len().div_ceil(4)
     }
 }
-
-/// First backoff delay; doubles per attempt, plus up to 50 % jitter, capped at [`MAX_BACKOFF`].
-const BASE_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(20);
 
 /// Client of an OpenAI-compatible embeddings endpoint.
 pub struct OpenAiEmbedder {
@@ -136,74 +133,71 @@ impl OpenAiEmbedder {
         })
     }
 
-    fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
-        if let Some(wait) = retry_after {
-            return wait.min(MAX_BACKOFF);
-        }
-        let exponential = BASE_BACKOFF.saturating_mul(1u32 << attempt.min(16));
-        let jitter = rand::rng().random_range(0.0..0.5);
-        exponential.mul_f64(1.0 + jitter).min(MAX_BACKOFF)
-    }
-
     /// One request, retried on 429/5xx/transport failures.
     async fn embed_batch(&self, batch: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let body = serde_json::json!({ "model": self.model, "input": batch });
-        let mut attempt = 0u32;
-        loop {
-            let started = Instant::now();
-            let sent = self
-                .client
-                .post(&self.url)
-                .bearer_auth(&self.api_key)
-                .json(&body)
-                .send()
-                .await;
-            let (retryable, reason, retry_after) = match sent {
-                Ok(response) if response.status().is_success() => {
-                    let parsed = response.json::<EmbeddingsResponse>().await;
-                    self.inference_ns.fetch_add(
-                        u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-                        Ordering::Relaxed,
-                    );
-                    let parsed = parsed.map_err(|e| {
-                        EmbedError::Remote(format!("{}: unreadable answer: {e}", self.url))
-                    })?;
-                    return self.vectors_from(parsed, batch.len());
-                }
-                Ok(response) => {
-                    let status = response.status();
-                    let retry_after = response
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(Duration::from_secs);
-                    let text = response.text().await.unwrap_or_default();
-                    let snippet: String = text.chars().take(300).collect();
-                    let retryable = status.as_u16() == 429 || status.is_server_error();
-                    (
-                        retryable,
-                        format!("{} answered {status}: {snippet}", self.url),
-                        retry_after,
-                    )
-                }
-                Err(e) => (
-                    e.is_timeout() || e.is_connect() || e.is_request(),
-                    format!("{} failed: {e}", self.url),
-                    None,
-                ),
-            };
-            if !retryable || attempt >= self.settings.max_retries {
-                let tries = attempt + 1;
-                return Err(EmbedError::Remote(format!(
-                    "{reason} (after {tries} attempt{})",
+        let (response, started) = RetryPolicy::new(self.settings.max_retries)
+            .run(
+                || self.send_once(&body),
+                |notice| {
+                    tracing::warn!(attempt = notice.attempt, wait_ms = notice.delay.as_millis() as u64, reason = %notice.error, "embeddings request retried");
+                },
+            )
+            .await
+            .map_err(|gave_up| {
+                let tries = gave_up.attempts;
+                EmbedError::Remote(format!(
+                    "{} (after {tries} attempt{})",
+                    gave_up.error,
                     if tries == 1 { "" } else { "s" }
-                )));
+                ))
+            })?;
+        let parsed = response.json::<EmbeddingsResponse>().await;
+        self.inference_ns.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let parsed = parsed
+            .map_err(|e| EmbedError::Remote(format!("{}: unreadable answer: {e}", self.url)))?;
+        self.vectors_from(parsed, batch.len())
+    }
+
+    /// One attempt: the answer when it is a success (with the attempt's start, for the
+    /// inference time), else why not and whether to try again.
+    async fn send_once(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<(reqwest::Response, Instant), Failure<String>> {
+        let started = Instant::now();
+        let sent = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.api_key)
+            .json(body)
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => Ok((response, started)),
+            Ok(response) => {
+                let status = response.status();
+                let headers = response.headers();
+                let wait = retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
+                let text = response.text().await.unwrap_or_default();
+                let snippet: String = text.chars().take(300).collect();
+                Err(Failure::status(
+                    format!("{} answered {status}: {snippet}", self.url),
+                    status.as_u16(),
+                    wait,
+                ))
             }
-            let wait = Self::backoff(attempt, retry_after);
-            tracing::warn!(attempt = attempt + 1, wait_ms = wait.as_millis() as u64, %reason, "embeddings request retried");
-            tokio::time::sleep(wait).await;
-            attempt += 1;
+            Err(e) => {
+                let reason = format!("{} failed: {e}", self.url);
+                if e.is_timeout() || e.is_connect() || e.is_request() {
+                    Err(Failure::retryable(reason))
+                } else {
+                    Err(Failure::fatal(reason))
+                }
+            }
         }
     }
 

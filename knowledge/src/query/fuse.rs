@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::transform::TransformKind;
+use crate::fusion::reciprocal_rank_fusion;
 use crate::types::{ScoreOrigin, ScoredChunk};
 
 /// How the rankings were combined.
@@ -83,31 +84,33 @@ pub fn union_max(rankings: Vec<Vec<ScoredChunk>>) -> Vec<ScoredChunk> {
 }
 
 /// Reciprocal Rank Fusion: `score(c) = Σ_rankings 1/(rrf_k + rank(c))`, rank 1-based (a chunk
-/// repeated inside one ranking counts at its best rank). Labelled [`ScoreOrigin::Rrf`].
+/// repeated inside one ranking counts at its best rank, and later chunks move up). Computed in
+/// `f64` by [`crate::fusion::reciprocal_rank_fusion`], stored as `f32`; labelled
+/// [`ScoreOrigin::Rrf`].
 pub fn rrf(rankings: Vec<Vec<ScoredChunk>>, rrf_k: f32) -> Vec<ScoredChunk> {
-    let mut ranks: HashMap<String, (ScoredChunk, Vec<usize>)> = HashMap::new();
-    for ranking in rankings {
-        for (i, candidate) in dedup(ranking).into_iter().enumerate() {
-            ranks
-                .entry(candidate.chunk.id.clone())
-                .or_insert_with(|| (candidate, Vec::new()))
-                .1
-                .push(i + 1);
-        }
+    let rankings: Vec<Vec<ScoredChunk>> = rankings.into_iter().map(dedup).collect();
+    let ids: Vec<Vec<&str>> = rankings
+        .iter()
+        .map(|ranking| ranking.iter().map(|c| c.chunk.id.as_str()).collect())
+        .collect();
+    let fused = reciprocal_rank_fusion(&ids, rrf_k as f64, usize::MAX);
+    let mut chunks: HashMap<&str, &ScoredChunk> = HashMap::new();
+    for candidate in rankings.iter().flatten() {
+        chunks
+            .entry(candidate.chunk.id.as_str())
+            .or_insert(candidate);
     }
-    let mut out: Vec<ScoredChunk> = ranks
-        .into_values()
-        .map(|(mut c, mut chunk_ranks)| {
-            // Summation in rank order: the same float result whatever the input order.
-            chunk_ranks.sort_unstable();
-            c.score = chunk_ranks
-                .iter()
-                .map(|&r| 1.0 / (rrf_k as f64 + r as f64))
-                .sum::<f64>() as f32;
-            c.origin = ScoreOrigin::Rrf;
-            c
+    let mut out: Vec<ScoredChunk> = fused
+        .into_iter()
+        .filter_map(|(id, score)| {
+            chunks.get(id.as_str()).map(|candidate| ScoredChunk {
+                score: score as f32,
+                origin: ScoreOrigin::Rrf,
+                ..(*candidate).clone()
+            })
         })
         .collect();
+    // Ordered again as stored (`f32`), so that two scores equal in `f32` break ties by id.
     sort_by_score(&mut out);
     out
 }

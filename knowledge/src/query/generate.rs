@@ -1,19 +1,154 @@
-//! Stage 6 (generate), the parts that are not the LLM call: the grounded prompt, the
-//! deterministic no-context answer, the clean-up of citation markers the model invented, and
-//! the citations of an answer.
+//! Stage 6 (generate), the one generate step every pipeline runs: [`GenerateStep`] makes the
+//! chat request (system prompt, user message, the configured sampling), maps its failure to
+//! the stage, labels the answer with the model that gave it and, for a grounded answer
+//! ([`GenerateStep::grounded`]), cleans up the citation markers the model invented and
+//! resolves the citations. The staged pipeline, the corrective graph's `generate` node and the
+//! adaptive direct answer all use it.
 //!
-//! The user message follows `orkeon_crews::ports::prompt_convention`: `Context:`, one line per
-//! passage in the assembled layout (`[n] (source: …) text`, markers rank-based), a blank line,
-//! then `Question: …`.
+//! Also here: the grounded prompt and the deterministic no-context answer. The user message
+//! follows `orkeon_crews::ports::prompt_convention`: `Context:`, one line per passage in the
+//! assembled layout (`[n] (source: …) text`, markers rank-based), a blank line, then
+//! `Question: …`.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use orkeon_crews::ports::prompt_convention::{CONTEXT_HEADER, QUESTION_PREFIX};
+use orkeon_crews::ports::{ChatMessage, ChatModel, ChatRequest, Usage};
 use regex::Regex;
 use serde::Serialize;
+use serde_json::{Map, Value, json};
 
+use super::QueryError;
 use super::assemble::{AssembledContext, passage_line};
+use super::options::GenerationOptions;
 use crate::types::{Citation, ScoredChunk};
+
+/// One generation call of a stage: the chat model, the stage it is traced and reported under,
+/// and the configured sampling (`rag.generation.*`).
+pub struct GenerateStep<'a> {
+    chat: &'a Arc<dyn ChatModel>,
+    stage: &'a str,
+    options: &'a GenerationOptions,
+}
+
+/// What the model answered, labelled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelReply {
+    pub content: String,
+    /// The model that answered (the response's label, else the chat model's name).
+    pub model: String,
+    pub usage: Usage,
+}
+
+/// A grounded answer: markers of passages that do not exist removed, citations resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroundedAnswer {
+    pub text: String,
+    pub citations: Vec<Citation>,
+    /// Known markers the answer cites, sorted, each once.
+    pub cited: Vec<u32>,
+    /// Unknown markers that were removed, in order of appearance.
+    pub removed: Vec<u64>,
+    pub model: String,
+    pub usage: Usage,
+    /// Passages the answer was grounded on.
+    pub passages: usize,
+}
+
+impl GroundedAnswer {
+    /// The `generate` trace step's detail: model, passages, cited and removed markers, tokens
+    /// (a map, for callers that add their own keys).
+    pub fn trace_detail(&self) -> Map<String, Value> {
+        let mut detail = Map::new();
+        detail.insert("model".into(), json!(self.model));
+        detail.insert("passages".into(), json!(self.passages));
+        detail.insert("cited".into(), json!(self.cited));
+        detail.insert("removed_markers".into(), json!(self.removed));
+        detail.insert("prompt_tokens".into(), json!(self.usage.prompt_tokens));
+        detail.insert(
+            "completion_tokens".into(),
+            json!(self.usage.completion_tokens),
+        );
+        detail
+    }
+}
+
+impl<'a> GenerateStep<'a> {
+    /// Fails with [`QueryError::NoChatModel`] naming `stage` when there is no chat model.
+    pub fn new(
+        chat: Option<&'a Arc<dyn ChatModel>>,
+        stage: &'a str,
+        options: &'a GenerationOptions,
+    ) -> Result<Self, QueryError> {
+        let chat = chat.ok_or_else(|| QueryError::NoChatModel {
+            stage: stage.to_string(),
+        })?;
+        Ok(Self {
+            chat,
+            stage,
+            options,
+        })
+    }
+
+    /// One chat call: `system`, then `user`, with the configured temperature and output limit.
+    pub async fn reply(
+        &self,
+        system: impl Into<String>,
+        user: impl Into<String>,
+    ) -> Result<ModelReply, QueryError> {
+        let mut request =
+            ChatRequest::new(vec![ChatMessage::system(system), ChatMessage::user(user)]);
+        request.temperature = self.options.temperature;
+        request.max_tokens = self.options.max_output_tokens;
+        let response = self
+            .chat
+            .chat(request)
+            .await
+            .map_err(|source| QueryError::Chat {
+                stage: self.stage.to_string(),
+                source,
+            })?;
+        let model = if response.model.is_empty() {
+            self.chat.name()
+        } else {
+            response.model
+        };
+        Ok(ModelReply {
+            content: response.content,
+            model,
+            usage: response.usage,
+        })
+    }
+
+    /// The answer to `question` from the assembled `context`, under the configured grounded
+    /// system prompt; invented markers are removed (with a warning) and citations resolved.
+    pub async fn grounded(
+        &self,
+        question: &str,
+        context: &AssembledContext,
+    ) -> Result<GroundedAnswer, QueryError> {
+        let reply = self
+            .reply(
+                self.options.system_prompt.clone(),
+                user_message(question, context),
+            )
+            .await?;
+        let passages = context.chunks.len();
+        let cleanup = clean_markers(&reply.content, passages);
+        if !cleanup.removed.is_empty() {
+            tracing::warn!(model = %reply.model, removed = ?cleanup.removed, "the model cited passages that do not exist; markers removed");
+        }
+        Ok(GroundedAnswer {
+            citations: citations_for(context, &cleanup.cited),
+            text: cleanup.text,
+            cited: cleanup.cited,
+            removed: cleanup.removed,
+            model: reply.model,
+            usage: reply.usage,
+            passages,
+        })
+    }
+}
 
 /// The user message: the numbered passages in prompt order, then the question.
 pub fn user_message(question: &str, context: &AssembledContext) -> String {

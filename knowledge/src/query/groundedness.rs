@@ -16,9 +16,9 @@ use serde_json::Value;
 use unicode_segmentation::UnicodeSegmentation;
 
 use super::QueryError;
-use super::content_words::content_word_set;
 use super::llm_output::extract_json;
 use crate::types::ScoredChunk;
+use orkeon_crews::text::content_word_set;
 
 /// A checker's verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]

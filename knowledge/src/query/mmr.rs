@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use super::content_words::{content_word_set, jaccard};
 use crate::types::ScoredChunk;
+use orkeon_crews::text::{content_word_set, jaccard};
 
 /// What MMR did, for the trace.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -15,19 +15,22 @@
 //! - [`pipeline`]: [`StagedRagPipeline`], which runs the stages and traces each of them;
 //! - [`profiles`]: [`ProfileResolver`], profile name → memoised pipeline.
 //!
-//! Support modules: [`content_words`] (the word normalisation the heuristic stages share) and
-//! [`llm_output`] (tolerant parsing of LLM answers).
+//! Support module: [`llm_output`] (tolerant parsing of LLM answers). What a content word is (the
+//! word normalisation the heuristic stages share with the extractive model) is
+//! `orkeon_crews::text`.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::EmbedError;
+use crate::registry::UnknownName;
 use crate::store::StoreError;
 use crate::types::RagAnswer;
-use orkeon_crews::ports::ChatError;
+use orkeon_crews::ports::{ChatError, ChatModel};
 
 pub mod assemble;
-pub mod content_words;
 pub mod fuse;
 pub mod generate;
 pub mod groundedness;
@@ -49,6 +52,15 @@ pub use pipeline::{PipelineDeps, StagedRagPipeline};
 pub use profiles::{PipelineBuilder, ProfileResolver};
 pub use rerank::{Reranker, RerankerFactory};
 pub use transform::{QueryTransformer, TransformKind, TransformOutput, TransformerFactory};
+
+/// Whether `chat` can play the LLM roles (retrieval grader, query rewriter, route classifier):
+/// any model but the offline `extractive` one, which answers by quoting passages.
+pub fn is_real_llm(chat: Option<&Arc<dyn ChatModel>>) -> bool {
+    chat.is_some_and(|c| {
+        let name = c.name();
+        name != "extractive" && !name.starts_with("extractive:")
+    })
+}
 
 /// A question asked of one collection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +86,22 @@ impl RagQuery {
     pub fn with_top_n(mut self, top_n: usize) -> Self {
         self.top_n = Some(top_n);
         self
+    }
+
+    /// Fails on what no pipeline can answer: an empty question or collection, `top_n` 0.
+    pub fn check(&self) -> Result<(), QueryError> {
+        if self.text.trim().is_empty() {
+            return Err(QueryError::EmptyQuestion);
+        }
+        if self.collection.trim().is_empty() {
+            return Err(QueryError::EmptyCollection);
+        }
+        if self.top_n == Some(0) {
+            return Err(QueryError::InvalidQuery(
+                "top_n must be at least 1 (or left unset to use the profile's value)".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -117,14 +145,15 @@ pub async fn retrieve_only(
 /// Why a query (or building a pipeline) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
-    #[error("unknown RAG profile '{name}'; known profiles: {}. Set rag.profile (or ORKEON_RAG__PROFILE) to one of them", known.join(", "))]
-    UnknownProfile { name: String, known: Vec<String> },
+    /// A profile name nobody answers to (see `options::PROFILE_LABEL`).
+    #[error(transparent)]
+    UnknownProfile(UnknownName),
     #[error("RAG profile '{name}' is not yet available: {reason}")]
     ProfileNotAvailable { name: String, reason: String },
-    #[error("unknown reranker '{name}' (rag.rerank.kind); known rerankers: {}", known.join(", "))]
-    UnknownReranker { name: String, known: Vec<String> },
-    #[error("unknown query transformer '{name}' (rag.query_transform.mode); known transformers: {}", known.join(", "))]
-    UnknownTransformer { name: String, known: Vec<String> },
+    #[error(transparent)]
+    UnknownReranker(UnknownName),
+    #[error(transparent)]
+    UnknownTransformer(UnknownName),
     #[error("invalid value for rag.{key}: {reason}")]
     InvalidOption { key: String, reason: String },
     #[error("invalid query: {0}")]

@@ -4,18 +4,30 @@
 //! complete [`RagOptions`] and then applies every configured key on top.
 //!
 //! Profile = preset, configuration = override: a key left unset takes the preset's value, a key
-//! set wins whatever the profile.
+//! set wins whatever the profile. The key types themselves live with the rest of the
+//! configuration, in [`crate::settings::query`], and are re-exported here.
 
-use std::fmt;
-
-use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 
 use super::QueryError;
-use crate::settings::{RagSettings, SuspiciousAction};
+use crate::registry::{Label, UnknownName};
+use crate::settings::RagSettings;
+pub use crate::settings::query::{
+    ContextOrdering, ContextSettings, CorrectiveSettings, CorrectiveWebFallbackSettings,
+    GenerationSettings, GroundednessSettings, HybridSettings, MmrSettings, QueryRoutingSettings,
+    QueryTransformSettings, RerankSettings, RetrievalSettings, WebFallbackSettings,
+};
 
 /// Profile names with a preset, in documentation order.
 pub const PRESET_PROFILES: &[&str] = &["fast", "balanced", "quality", "adaptive", "corrective"];
+
+/// How an unknown profile name is reported (here and by the profile resolver).
+pub const PROFILE_LABEL: Label = Label {
+    kind: "RAG profile",
+    plural: "profiles",
+    key: None,
+    advice: Some("Set rag.profile (or ORKEON_RAG__PROFILE) to one of them"),
+};
 
 /// The built-in grounded system prompt (`rag.generation.system_prompt` overrides it).
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You answer questions using only the numbered context passages you are given. \
@@ -25,234 +37,6 @@ Do not use outside knowledge and do not invent facts, numbers, names or sources.
 
 /// Cross-encoder model used by the `onnx` reranker unless `rag.rerank.model` names another.
 pub const DEFAULT_RERANK_MODEL: &str = "ms-marco-MiniLM-L-12-v2";
-
-// ---------------------------------------------------------------------------------------------
-// Configuration (every key optional: unset = the preset's value)
-// ---------------------------------------------------------------------------------------------
-
-/// `rag.retrieval:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetrievalSettings {
-    /// Chunks kept for context assembly (default 5; a query's `top_n` wins).
-    pub top_k: Option<usize>,
-    /// Candidates retrieved per retrieval text (the wide stage of the cascade; never below the
-    /// final top-n). Preset: `fast` = top_k, `balanced` 50, `quality` 100.
-    pub candidate_k: Option<usize>,
-    /// Optional raw-score floor applied to store results (no floor by default).
-    pub min_score: Option<f32>,
-    /// `hybrid: true|false` or `hybrid: { enabled, rrf_k }`.
-    pub hybrid: HybridSettings,
-    pub mmr: MmrSettings,
-}
-
-/// `rag.retrieval.hybrid:` — also accepts the flat shorthand `hybrid: true`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct HybridSettings {
-    /// BM25 + vector fused by RRF (preset: off for `fast`, on otherwise).
-    pub enabled: Option<bool>,
-    /// Reciprocal Rank Fusion constant, shared by hybrid search and `rag-fusion` (default:
-    /// `rag.store.rrf_k`, 60).
-    pub rrf_k: Option<f32>,
-}
-
-#[derive(Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[derive(Default)]
-struct HybridSection {
-    enabled: Option<bool>,
-    rrf_k: Option<f32>,
-}
-
-impl<'de> Deserialize<'de> for HybridSettings {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct HybridVisitor;
-
-        impl<'de> Visitor<'de> for HybridVisitor {
-            type Value = HybridSettings;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a boolean (hybrid: true) or a map with `enabled` and `rrf_k`")
-            }
-
-            fn visit_bool<E: de::Error>(self, value: bool) -> Result<Self::Value, E> {
-                Ok(HybridSettings {
-                    enabled: Some(value),
-                    rrf_k: None,
-                })
-            }
-
-            // Environment layers deliver `ORKEON_RAG__RETRIEVAL__HYBRID=true` as a string.
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
-                match value.trim().to_ascii_lowercase().as_str() {
-                    "true" => self.visit_bool(true),
-                    "false" => self.visit_bool(false),
-                    other => Err(E::custom(format!(
-                        "expected true or false for rag.retrieval.hybrid, found '{other}'"
-                    ))),
-                }
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(HybridSettings::default())
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                let section =
-                    HybridSection::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(HybridSettings {
-                    enabled: section.enabled,
-                    rrf_k: section.rrf_k,
-                })
-            }
-        }
-
-        deserializer.deserialize_any(HybridVisitor)
-    }
-}
-
-/// `rag.retrieval.mmr:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MmrSettings {
-    /// MMR diversification at the fuse stage (default off).
-    pub enabled: Option<bool>,
-    /// Relevance/diversity trade-off in [0, 1] (default 0.7, relevance-leaning).
-    pub lambda: Option<f32>,
-}
-
-/// `rag.query_transform:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct QueryTransformSettings {
-    /// `none` (default), `multi-query`, `rag-fusion`, `hyde`, or a registered name.
-    pub mode: Option<String>,
-    /// Variants requested from non-`none` transformers (default 3).
-    pub variant_count: Option<usize>,
-}
-
-/// `rag.rerank:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RerankSettings {
-    /// Whether the rerank stage runs (preset: off for `fast`; disabled = truncation in
-    /// retrieval order).
-    pub enabled: Option<bool>,
-    /// `none`, `llm`, `onnx`, or a registered name (aliases accepted).
-    pub kind: Option<String>,
-    /// Chunks kept after reranking (default 5; a query's `top_n` wins).
-    pub top_n: Option<usize>,
-    /// Cross-encoder model folder name or path for the `onnx` reranker
-    /// (default `ms-marco-MiniLM-L-12-v2`).
-    pub model: Option<String>,
-}
-
-/// Layout of the assembled context.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ContextOrdering {
-    /// Anti-Lost-in-the-Middle: r1, r3, r5, … from the head, …, r6, r4, r2 closing the tail.
-    #[default]
-    Edges,
-    /// Plain rank order.
-    Linear,
-}
-
-impl ContextOrdering {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContextOrdering::Edges => "edges",
-            ContextOrdering::Linear => "linear",
-        }
-    }
-}
-
-/// `rag.context:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ContextSettings {
-    /// Context budget in embedding-tokenizer tokens (default 2000); excess chunks are dropped,
-    /// the budget is never overrun.
-    pub max_tokens: Option<usize>,
-    /// `edges` (default) or `linear`.
-    pub ordering: Option<ContextOrdering>,
-}
-
-/// `rag.groundedness:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GroundednessSettings {
-    /// Post-generation verification (preset: on for `quality`); traced as skipped when no
-    /// checker is available.
-    pub enabled: Option<bool>,
-}
-
-/// `rag.generation:`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GenerationSettings {
-    /// Replaces the built-in grounded system prompt.
-    pub system_prompt: Option<String>,
-    /// Sampling passed to the chat model (unset: the model's own setting).
-    pub temperature: Option<f32>,
-    pub max_output_tokens: Option<u32>,
-}
-
-/// `rag.query_routing:` (adaptive profile)
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct QueryRoutingSettings {
-    /// `heuristic` (default) or `llm`.
-    pub classifier: Option<String>,
-}
-
-/// `rag.corrective:` (corrective profile)
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CorrectiveSettings {
-    /// Query-rewrite budget (default 3).
-    pub max_iterations: Option<u32>,
-    pub web_fallback: CorrectiveWebFallbackSettings,
-}
-
-/// `rag.corrective.web_fallback:` — pipeline-side policy: may the graph route to web fallback.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CorrectiveWebFallbackSettings {
-    /// Default false.
-    pub enabled: Option<bool>,
-    /// Web documents the graph asks for (default 3).
-    pub max_results: Option<usize>,
-}
-
-/// `rag.web_fallback:` — transport of the web retriever (SearxNG-compatible search + page
-/// download). Separate from the pipeline policy on purpose: both must be enabled for a web
-/// document to ever reach a pipeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WebFallbackSettings {
-    pub enabled: bool,
-    /// Search endpoint (SearxNG-compatible JSON API).
-    pub endpoint: Option<String>,
-    /// Name of the environment variable holding the API key (never the key itself).
-    pub api_key_env: Option<String>,
-    pub max_results: usize,
-    pub timeout_ms: u64,
-    pub suspicious_action: SuspiciousAction,
-}
-
-impl Default for WebFallbackSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            endpoint: None,
-            api_key_env: None,
-            max_results: 3,
-            timeout_ms: 10_000,
-            suspicious_action: SuspiciousAction::Flag,
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Resolved options
@@ -436,9 +220,12 @@ fn component_name(key: &str, value: &str) -> Result<String, QueryError> {
 /// key.
 pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptions, QueryError> {
     let profile = profile.trim().to_ascii_lowercase();
-    let preset = preset(&profile).ok_or_else(|| QueryError::UnknownProfile {
-        name: profile.clone(),
-        known: PRESET_PROFILES.iter().map(|s| s.to_string()).collect(),
+    let preset = preset(&profile).ok_or_else(|| {
+        QueryError::UnknownProfile(UnknownName::new(
+            &PROFILE_LABEL,
+            &profile,
+            PRESET_PROFILES.iter().map(|s| s.to_string()).collect(),
+        ))
     })?;
 
     let r = &settings.retrieval;

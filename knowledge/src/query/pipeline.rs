@@ -10,15 +10,13 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::future::try_join_all;
-use orkeon_crews::ports::{ChatMessage, ChatModel, ChatRequest};
+use orkeon_crews::ports::ChatModel;
 use serde_json::json;
 use tracing::Instrument;
 
 use super::assemble::{AssembledContext, assemble};
 use super::fuse::fuse;
-use super::generate::{
-    all_citations, citations_for, clean_markers, no_context_answer, user_message,
-};
+use super::generate::{GenerateStep, all_citations, no_context_answer};
 use super::groundedness::GroundednessChecker;
 use super::mmr::mmr_reorder;
 use super::options::RagOptions;
@@ -81,13 +79,7 @@ impl StagedRagPipeline {
             Some(deps.rerankers.create(&options.rerank.kind, &ctx)?)
         } else {
             // Even a disabled stage must not hide a misspelt name.
-            let known = deps.rerankers.known();
-            if !deps.rerankers.is_known(&options.rerank.kind) {
-                return Err(QueryError::UnknownReranker {
-                    name: options.rerank.kind.clone(),
-                    known,
-                });
-            }
+            deps.rerankers.check(&options.rerank.kind)?;
             None
         };
         let tokens = deps.embedder.token_counter();
@@ -161,17 +153,7 @@ impl StagedRagPipeline {
 
     /// Stages 1–5.
     async fn retrieve_and_assemble(&self, q: &RagQuery) -> Result<Retrieved, QueryError> {
-        if q.text.trim().is_empty() {
-            return Err(QueryError::EmptyQuestion);
-        }
-        if q.collection.trim().is_empty() {
-            return Err(QueryError::EmptyCollection);
-        }
-        if q.top_n == Some(0) {
-            return Err(QueryError::InvalidQuery(
-                "top_n must be at least 1 (or left unset to use the profile's value)".into(),
-            ));
-        }
+        q.check()?;
         let o = &self.options;
         let top_n = o.final_top_n(q.top_n);
         let candidate_k = o.effective_candidate_k(q.top_n);
@@ -337,49 +319,18 @@ impl StagedRagPipeline {
         trace: &mut RagTrace,
     ) -> Result<(String, Vec<crate::types::Citation>), QueryError> {
         let started = Instant::now();
-        let chat = self
-            .deps
-            .chat
-            .as_ref()
-            .ok_or_else(|| QueryError::NoChatModel {
-                stage: "generate".into(),
-            })?;
-        let mut request = ChatRequest::new(vec![
-            ChatMessage::system(self.options.generation.system_prompt.clone()),
-            ChatMessage::user(user_message(&q.text, context)),
-        ]);
-        request.temperature = self.options.generation.temperature;
-        request.max_tokens = self.options.generation.max_output_tokens;
-        let response = chat
-            .chat(request)
-            .await
-            .map_err(|source| QueryError::Chat {
-                stage: "generate".into(),
-                source,
-            })?;
-        let model = if response.model.is_empty() {
-            chat.name()
-        } else {
-            response.model.clone()
-        };
-        let cleanup = clean_markers(&response.content, context.chunks.len());
-        if !cleanup.removed.is_empty() {
-            tracing::warn!(model = %model, removed = ?cleanup.removed, "the model cited passages that do not exist; markers removed");
-        }
-        let citations = citations_for(context, &cleanup.cited);
+        let step = GenerateStep::new(
+            self.deps.chat.as_ref(),
+            "generate",
+            &self.options.generation,
+        )?;
+        let answer = step.grounded(&q.text, context).await?;
         trace.push(
             "generate",
             ms(started),
-            json!({
-                "model": model,
-                "passages": context.chunks.len(),
-                "cited": cleanup.cited,
-                "removed_markers": cleanup.removed,
-                "prompt_tokens": response.usage.prompt_tokens,
-                "completion_tokens": response.usage.completion_tokens,
-            }),
+            serde_json::Value::Object(answer.trace_detail()),
         );
-        Ok((cleanup.text, citations))
+        Ok((answer.text, answer.citations))
     }
 
     async fn check_groundedness(

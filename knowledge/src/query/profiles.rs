@@ -8,12 +8,13 @@
 //! pipeline when one was given, else to the configured `rag.profile`. Unknown names fail
 //! listing the known ones.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use super::options::resolve_options;
+use super::options::{PROFILE_LABEL, resolve_options};
 use super::pipeline::{PipelineDeps, StagedRagPipeline};
 use super::{QueryError, RagPipeline};
+use crate::registry::{Registry, UnknownName};
 use crate::settings::RagSettings;
 
 /// Builds a profile's pipeline from the configuration and the shared dependencies.
@@ -29,7 +30,7 @@ pub struct ProfileResolver {
     settings: RagSettings,
     deps: PipelineDeps,
     default: Option<Arc<dyn RagPipeline>>,
-    builders: RwLock<BTreeMap<String, PipelineBuilder>>,
+    builders: Registry<PipelineBuilder>,
     built: Mutex<HashMap<String, Arc<dyn RagPipeline>>>,
 }
 
@@ -67,18 +68,18 @@ impl ProfileResolver {
         deps: PipelineDeps,
         default: Option<Arc<dyn RagPipeline>>,
     ) -> Self {
-        let mut builders: BTreeMap<String, PipelineBuilder> = BTreeMap::new();
+        let builders = Registry::new(&PROFILE_LABEL);
         for profile in ["fast", "balanced", "quality"] {
-            builders.insert(profile.into(), staged_profile(profile));
+            builders.register(profile, &[], staged_profile(profile));
         }
         for profile in ["corrective", "adaptive"] {
-            builders.insert(profile.into(), not_yet_available(profile));
+            builders.register(profile, &[], not_yet_available(profile));
         }
         Self {
             settings,
             deps,
             default,
-            builders: RwLock::new(builders),
+            builders,
             built: Mutex::new(HashMap::new()),
         }
     }
@@ -91,16 +92,12 @@ impl ProfileResolver {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
-        self.builders
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name, builder);
+        self.builders.register(&name, &[], builder);
     }
 
     /// Known profile names, sorted, `default` included.
     pub fn known(&self) -> Vec<String> {
-        let builders = self.builders.read().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> = builders.keys().cloned().collect();
+        let mut names = self.builders.known();
         names.push(DEFAULT_PROFILE.to_string());
         names.sort();
         names
@@ -135,16 +132,9 @@ impl ProfileResolver {
         {
             return Ok(pipeline.clone());
         }
-        let builder = self
-            .builders
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| QueryError::UnknownProfile {
-                name: name.trim().to_string(),
-                known: self.known(),
-            })?;
+        let builder = self.builders.find(&key).ok_or_else(|| {
+            QueryError::UnknownProfile(UnknownName::new(&PROFILE_LABEL, name.trim(), self.known()))
+        })?;
         // Built without holding a lock, so that a builder may resolve other profiles; if two
         // callers race, the first stored pipeline wins and both get it.
         let pipeline = builder(&self.settings, &self.deps)?;

@@ -8,7 +8,7 @@
 //! original question and the output says so. Names resolve through [`TransformerFactory`]
 //! (case-insensitive, aliases, hosts can register their own; unknown names list the known).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use orkeon_crews::ports::{ChatMessage, ChatModel, ChatRequest};
@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::QueryError;
 use super::llm_output::{parse_passages, parse_variants};
+use crate::registry::{Label, Registry};
 
 /// How the retrieval texts of a transform combine at the fuse stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -272,18 +273,18 @@ pub type TransformerBuilder = Arc<
         + Sync,
 >;
 
-struct TransformerEntry {
-    name: String,
-    aliases: Vec<String>,
-    builder: TransformerBuilder,
-}
+/// How an unknown transformer name is reported.
+pub const TRANSFORMER_LABEL: Label = Label {
+    kind: "query transformer",
+    plural: "transformers",
+    key: Some("rag.query_transform.mode"),
+    advice: None,
+};
 
-/// Named query transformers: names and aliases matched case-insensitively; hosts register their
-/// own (a later registration of a name replaces the earlier one); unknown names fail listing the
-/// known ones.
-pub struct TransformerFactory {
-    entries: RwLock<Vec<TransformerEntry>>,
-}
+/// Named query transformers: a [`Registry`] of builders (names and aliases matched
+/// case-insensitively; hosts register their own, a later registration of a name replacing the
+/// earlier one; unknown names fail listing the known ones).
+pub type TransformerFactory = Registry<TransformerBuilder>;
 
 fn needs_chat(
     name: &str,
@@ -297,9 +298,7 @@ fn needs_chat(
 impl TransformerFactory {
     /// No transformer at all (hosts that want full control).
     pub fn empty() -> Self {
-        Self {
-            entries: RwLock::new(Vec::new()),
-        }
+        Registry::new(&TRANSFORMER_LABEL)
     }
 
     /// `none`, `multi-query` (alias `multiquery`), `rag-fusion` (alias `ragfusion`, `fusion`)
@@ -335,54 +334,14 @@ impl TransformerFactory {
         factory
     }
 
-    /// Registers (or replaces) a transformer under `name` and `aliases`.
-    pub fn register(&self, name: &str, aliases: &[&str], builder: TransformerBuilder) {
-        let name = name.trim().to_ascii_lowercase();
-        let aliases: Vec<String> = aliases
-            .iter()
-            .map(|a| a.trim().to_ascii_lowercase())
-            .collect();
-        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        entries.retain(|e| e.name != name);
-        for entry in entries.iter_mut() {
-            entry.aliases.retain(|a| !aliases.contains(a) && *a != name);
-        }
-        entries.push(TransformerEntry {
-            name,
-            aliases,
-            builder,
-        });
-    }
-
-    /// Registered names (aliases excluded), sorted.
-    pub fn known(&self) -> Vec<String> {
-        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
-        names.sort();
-        names
-    }
-
     /// Builds the transformer registered under `name` (or an alias).
     pub fn create(
         &self,
         name: &str,
         chat: Option<Arc<dyn ChatModel>>,
     ) -> Result<Arc<dyn QueryTransformer>, QueryError> {
-        let key = name.trim().to_ascii_lowercase();
-        let builder = {
-            let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-            entries
-                .iter()
-                .find(|e| e.name == key || e.aliases.contains(&key))
-                .map(|e| e.builder.clone())
-        };
-        match builder {
-            Some(build) => build(chat),
-            None => Err(QueryError::UnknownTransformer {
-                name: name.to_string(),
-                known: self.known(),
-            }),
-        }
+        let build = self.get(name).map_err(QueryError::UnknownTransformer)?;
+        build(chat)
     }
 }
 

@@ -6,23 +6,26 @@
 //!
 //! Delegates come from a [`DelegateSource`]: [`ResolverDelegates`] shares the
 //! [`ProfileResolver`]'s memoised pipelines; [`OwnDelegates`] builds and memoises them itself
-//! (when only a `&ProfileResolver` is at hand). Either way a delegate is built on first use, so
-//! an unavailable `balanced` (its ONNX reranker) only fails the questions routed to it.
+//! (when only a `&ProfileResolver` is at hand) from the staged `balanced` profile and the
+//! iterative builder it is given. Either way a delegate is built on first use, so an
+//! unavailable `balanced` (its ONNX reranker) only fails the questions routed to it.
+//!
+//! Routing sits below the corrective graph: it names the iterative delegate, the `corrective`
+//! module registers the builder behind that name.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use orkeon_crews::ports::{ChatMessage, ChatRequest};
 use serde_json::json;
 use tracing::Instrument;
 
 use super::{QueryComplexityClassifier, QueryRoute, build_classifier};
-use crate::corrective::CorrectiveRagPipeline;
+use crate::query::generate::GenerateStep;
 use crate::query::options::{RagOptions, resolve_options};
 use crate::query::pipeline::PipelineDeps;
-use crate::query::profiles::{ProfileResolver, staged_profile};
+use crate::query::profiles::{PipelineBuilder, ProfileResolver, staged_profile};
 use crate::query::{QueryError, RagPipeline, RagQuery};
 use crate::settings::RagSettings;
 use crate::types::{RagAnswer, RagTrace, TraceStep};
@@ -57,18 +60,22 @@ impl DelegateSource for ResolverDelegates {
     }
 }
 
-/// Delegates built from the configuration and memoised here, one per profile.
+/// Delegates built from the configuration and memoised here, one per profile: the staged
+/// `balanced` profile, and `iterative` (the `corrective` graph's builder) for the iterative
+/// route.
 pub struct OwnDelegates {
     settings: RagSettings,
     deps: PipelineDeps,
+    iterative: PipelineBuilder,
     built: Mutex<HashMap<String, Arc<dyn RagPipeline>>>,
 }
 
 impl OwnDelegates {
-    pub fn new(settings: RagSettings, deps: PipelineDeps) -> Self {
+    pub fn new(settings: RagSettings, deps: PipelineDeps, iterative: PipelineBuilder) -> Self {
         Self {
             settings,
             deps,
+            iterative,
             built: Mutex::new(HashMap::new()),
         }
     }
@@ -85,11 +92,7 @@ impl DelegateSource for OwnDelegates {
             return Ok(p.clone());
         }
         let pipeline: Arc<dyn RagPipeline> = match profile {
-            ITERATIVE_DELEGATE => Arc::new(CorrectiveRagPipeline::from_settings(
-                ITERATIVE_DELEGATE,
-                &self.settings,
-                &self.deps,
-            )?),
+            ITERATIVE_DELEGATE => (self.iterative)(&self.settings, &self.deps)?,
             SINGLE_SHOT_DELEGATE => {
                 staged_profile(SINGLE_SHOT_DELEGATE)(&self.settings, &self.deps)?
             }
@@ -156,44 +159,25 @@ impl AdaptiveRagPipeline {
         trace: &mut RagTrace,
     ) -> Result<String, QueryError> {
         let started = Instant::now();
-        let chat = self
-            .deps
-            .chat
-            .as_ref()
-            .ok_or_else(|| QueryError::NoChatModel {
-                stage: "adaptive direct answer".into(),
-            })?;
-        let mut request = ChatRequest::new(vec![
-            ChatMessage::system(DIRECT_ANSWER_PROMPT),
-            ChatMessage::user(q.text.trim()),
-        ]);
-        request.temperature = self.options.generation.temperature;
-        request.max_tokens = self.options.generation.max_output_tokens;
-        let response = chat
-            .chat(request)
-            .await
-            .map_err(|source| QueryError::Chat {
-                stage: "adaptive direct answer".into(),
-                source,
-            })?;
-        let model = if response.model.is_empty() {
-            chat.name()
-        } else {
-            response.model.clone()
-        };
+        let step = GenerateStep::new(
+            self.deps.chat.as_ref(),
+            "adaptive direct answer",
+            &self.options.generation,
+        )?;
+        let reply = step.reply(DIRECT_ANSWER_PROMPT, q.text.trim()).await?;
         trace.push(
             "generate",
             started.elapsed().as_secs_f64() * 1000.0,
             json!({
-                "model": model,
+                "model": reply.model,
                 "route": QueryRoute::NoRetrieval.as_str(),
                 "passages": 0,
                 "note": "no retrieval: direct answer without citations",
-                "prompt_tokens": response.usage.prompt_tokens,
-                "completion_tokens": response.usage.completion_tokens,
+                "prompt_tokens": reply.usage.prompt_tokens,
+                "completion_tokens": reply.usage.completion_tokens,
             }),
         );
-        Ok(response.content.trim().to_string())
+        Ok(reply.content.trim().to_string())
     }
 
     async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {

@@ -24,7 +24,7 @@ use regex::Regex;
 use unicode_segmentation::UnicodeSegmentation;
 
 use super::{QueryComplexityClassifier, QueryRoute, RouteDecision};
-use crate::query::content_words::content_words;
+use orkeon_crews::text::content_words;
 
 /// Words above which a question is routed as iterative.
 pub const LONG_QUESTION_WORDS: usize = 25;

@@ -22,8 +22,7 @@ use async_trait::async_trait;
 use orkeon_crews::ports::ChatModel;
 use serde::{Deserialize, Serialize};
 
-use crate::corrective::is_real_llm;
-use crate::query::QueryError;
+use crate::query::{QueryError, is_real_llm};
 
 pub use adaptive::{AdaptiveRagPipeline, DelegateSource, OwnDelegates, ResolverDelegates};
 pub use heuristic::HeuristicClassifier;

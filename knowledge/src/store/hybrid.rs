@@ -31,30 +31,7 @@ pub fn reciprocal_rank_fusion<S: AsRef<str>>(
     rrf_k: f32,
     limit: usize,
 ) -> Vec<(String, f32)> {
-    let mut ranks: HashMap<&str, Vec<usize>> = HashMap::new();
-    for ranking in rankings {
-        let mut seen = std::collections::HashSet::new();
-        for (position, id) in ranking.iter().enumerate() {
-            let id = id.as_ref();
-            if seen.insert(id) {
-                ranks.entry(id).or_default().push(position + 1);
-            }
-        }
-    }
-    let mut fused: Vec<(String, f32)> = ranks
-        .into_iter()
-        .map(|(id, mut id_ranks)| {
-            id_ranks.sort_unstable();
-            let score = id_ranks
-                .iter()
-                .map(|&rank| 1.0 / (rrf_k + rank as f32))
-                .sum();
-            (id.to_string(), score)
-        })
-        .collect();
-    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    fused.truncate(limit);
-    fused
+    crate::fusion::reciprocal_rank_fusion(rankings, rrf_k, limit)
 }
 
 /// Combines vector and BM25 results (each best first) into the `limit` hybrid results.

@@ -34,11 +34,11 @@ use super::searxng::{SearchResult, parse_results, search_url};
 use super::{PageOutcome, PageReport, WebDocumentRetriever, WebError, WebRetrieval};
 use crate::ingest::sha256_hex;
 use crate::load::{self, RawSource, SourceKind, SourceLocation, SourceRef};
-use crate::query::content_words::content_word_set;
 use crate::query::options::WebFallbackSettings;
 use crate::settings::SuspiciousAction;
 use crate::types::{Document, ScoreOrigin, ScoredChunk, StoredChunk};
 use crate::validate::{InjectionValidator, Verdict};
+use orkeon_crews::text::content_word_set;
 
 /// Largest page downloaded, in bytes.
 pub const DEFAULT_MAX_PAGE_BYTES: usize = 2 * 1024 * 1024;

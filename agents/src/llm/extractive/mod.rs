@@ -5,12 +5,12 @@
 //! `crews::ports::prompt_convention` ([`grounded_prompt`]).
 
 pub mod grounded_prompt;
-pub mod terms;
 
 use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use orkeon_crews::ports::{ChatError, ChatModel, ChatRequest, ChatResponse, Role, Usage};
+use orkeon_crews::text::content_word_set;
 use unicode_segmentation::UnicodeSegmentation;
 
 use super::ExtractiveSettings;
@@ -106,7 +106,7 @@ struct SelectedSentence {
 /// with the question's and keeps the best `max` (ties: lower marker, then earlier sentence),
 /// returned in passage-rank order.
 fn select_sentences(passages: &[Passage], question: &str, max: usize) -> Vec<SelectedSentence> {
-    let question_terms = terms::content_terms(question);
+    let question_terms = content_word_set(question);
     if passages.is_empty() || question_terms.is_empty() {
         return Vec::new();
     }
@@ -120,10 +120,8 @@ fn select_sentences(passages: &[Passage], question: &str, max: usize) -> Vec<Sel
     }
     let mut candidates = Vec::new();
     let mut document_frequency: HashMap<&str, usize> = HashMap::new();
-    let passage_terms: Vec<BTreeSet<String>> = passages
-        .iter()
-        .map(|p| terms::content_terms(&p.text))
-        .collect();
+    let passage_terms: Vec<BTreeSet<String>> =
+        passages.iter().map(|p| content_word_set(&p.text)).collect();
     for terms in &passage_terms {
         for term in terms.iter().filter(|t| question_terms.contains(*t)) {
             *document_frequency.entry(term.as_str()).or_default() += 1;
@@ -139,7 +137,7 @@ fn select_sentences(passages: &[Passage], question: &str, max: usize) -> Vec<Sel
                 marker: passage.marker,
                 passage_index,
                 sentence_index,
-                terms: terms::content_terms(&text),
+                terms: content_word_set(&text),
                 text,
             });
         }

@@ -6,13 +6,14 @@
 //! the local ms-marco cross-encoder, see [`cross_encoder`]). Names and aliases match
 //! case-insensitively; hosts register their own; unknown names fail listing the known ones.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use orkeon_crews::ports::ChatModel;
 
 use super::QueryError;
 use super::options::RerankOptions;
+use crate::registry::{Label, Registry};
 use crate::settings::EmbeddingSettings;
 use crate::types::ScoredChunk;
 
@@ -91,24 +92,22 @@ pub struct RerankerContext<'a> {
 pub type RerankerBuilder =
     Arc<dyn Fn(&RerankerContext<'_>) -> Result<Arc<dyn Reranker>, QueryError> + Send + Sync>;
 
-struct RerankerEntry {
-    name: String,
-    aliases: Vec<String>,
-    builder: RerankerBuilder,
-}
+/// How an unknown reranker name is reported.
+pub const RERANKER_LABEL: Label = Label {
+    kind: "reranker",
+    plural: "rerankers",
+    key: Some("rag.rerank.kind"),
+    advice: None,
+};
 
-/// Named rerankers (case-insensitive names and aliases; later registrations of a name replace
-/// earlier ones, so a host can override a built-in).
-pub struct RerankerFactory {
-    entries: RwLock<Vec<RerankerEntry>>,
-}
+/// Named rerankers: a [`Registry`] of builders (case-insensitive names and aliases; later
+/// registrations of a name replace earlier ones, so a host can override a built-in).
+pub type RerankerFactory = Registry<RerankerBuilder>;
 
 impl RerankerFactory {
     /// No reranker at all.
     pub fn empty() -> Self {
-        Self {
-            entries: RwLock::new(Vec::new()),
-        }
+        Registry::new(&RERANKER_LABEL)
     }
 
     /// Every built-in: `none`/`noop`, `llm`/`listwise` and `onnx`/`cross-encoder`. The
@@ -142,40 +141,11 @@ impl RerankerFactory {
         factory
     }
 
-    /// Registers (or replaces) a reranker under `name` and `aliases`.
-    pub fn register(&self, name: &str, aliases: &[&str], builder: RerankerBuilder) {
-        let name = name.trim().to_ascii_lowercase();
-        let aliases: Vec<String> = aliases
-            .iter()
-            .map(|a| a.trim().to_ascii_lowercase())
-            .collect();
-        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        entries.retain(|e| e.name != name);
-        for entry in entries.iter_mut() {
-            entry.aliases.retain(|a| !aliases.contains(a) && *a != name);
-        }
-        entries.push(RerankerEntry {
-            name,
-            aliases,
-            builder,
-        });
-    }
-
-    /// Registered names (aliases excluded), sorted.
-    pub fn known(&self) -> Vec<String> {
-        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
-        names.sort();
-        names
-    }
-
-    /// Whether `name` (or an alias) is registered.
-    pub fn is_known(&self, name: &str) -> bool {
-        let key = name.trim().to_ascii_lowercase();
-        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        entries
-            .iter()
-            .any(|e| e.name == key || e.aliases.contains(&key))
+    /// Fails, listing the known names, unless `name` (or an alias) is registered.
+    pub fn check(&self, name: &str) -> Result<(), QueryError> {
+        self.get(name)
+            .map(|_| ())
+            .map_err(QueryError::UnknownReranker)
     }
 
     /// Builds the reranker registered under `name` (or an alias).
@@ -184,21 +154,8 @@ impl RerankerFactory {
         name: &str,
         ctx: &RerankerContext<'_>,
     ) -> Result<Arc<dyn Reranker>, QueryError> {
-        let key = name.trim().to_ascii_lowercase();
-        let builder = {
-            let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-            entries
-                .iter()
-                .find(|e| e.name == key || e.aliases.contains(&key))
-                .map(|e| e.builder.clone())
-        };
-        match builder {
-            Some(build) => build(ctx),
-            None => Err(QueryError::UnknownReranker {
-                name: name.to_string(),
-                known: self.known(),
-            }),
-        }
+        let build = self.get(name).map_err(QueryError::UnknownReranker)?;
+        build(ctx)
     }
 }
 

@@ -1,8 +1,15 @@
-//! Content terms of a text for the extractive model: lowercased words, English stopwords
-//! removed, reduced by a small suffix stemmer so `refunds`/`refunded`/`refund` meet.
+//! Content words: what Orkeon counts as a word when it compares texts lexically. Words are
+//! lowercased alphanumeric runs (apostrophes inside words dropped: `don't` → `dont`), English
+//! stopwords are removed, and a small suffix stemmer makes `refunds`/`refunded`/`refund` meet.
+//!
+//! The one implementation: the offline extractive model (`orkeon-agents`) picks sentences with
+//! it, and the knowledge heuristics (groundedness check, retrieval evaluator, query rewriter,
+//! refine, MMR's lexical fallback, routing) judge with it, so they agree on what a word is.
 
 use std::collections::BTreeSet;
 
+/// English stopwords plus the filler words of questions (`please`, `tell`, `answer`, …),
+/// sorted for binary search.
 const STOPWORDS: &[&str] = &[
     "a",
     "about",
@@ -11,9 +18,11 @@ const STOPWORDS: &[&str] = &[
     "again",
     "against",
     "all",
+    "also",
     "am",
     "an",
     "and",
+    "answer",
     "any",
     "are",
     "as",
@@ -41,6 +50,7 @@ const STOPWORDS: &[&str] = &[
     "for",
     "from",
     "further",
+    "give",
     "had",
     "has",
     "have",
@@ -63,9 +73,14 @@ const STOPWORDS: &[&str] = &[
     "its",
     "itself",
     "just",
+    "many",
+    "may",
     "me",
+    "might",
     "more",
     "most",
+    "much",
+    "must",
     "my",
     "myself",
     "no",
@@ -85,12 +100,16 @@ const STOPWORDS: &[&str] = &[
     "out",
     "over",
     "own",
+    "please",
+    "question",
     "same",
+    "shall",
     "she",
     "should",
     "so",
     "some",
     "such",
+    "tell",
     "than",
     "that",
     "the",
@@ -130,31 +149,15 @@ const STOPWORDS: &[&str] = &[
     "yours",
     "yourself",
     "yourselves",
-    "may",
-    "might",
-    "must",
-    "shall",
-    "also",
-    "please",
-    "tell",
-    "give",
-    "answer",
-    "question",
-    "much",
-    "many",
 ];
 
-/// The distinct content terms of `text`.
-pub fn content_terms(text: &str) -> BTreeSet<String> {
-    words(text)
-        .filter(|w| !is_stopword(w))
-        .map(|w| stem(&w))
-        .filter(|w| !w.is_empty())
-        .collect()
+/// Whether `word` (lowercase) is a stopword.
+pub fn is_stopword(word: &str) -> bool {
+    STOPWORDS.binary_search(&word).is_ok()
 }
 
 /// Lowercased alphanumeric words (apostrophes inside words are dropped: `don't` → `dont`).
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !(c.is_alphanumeric() || c == '\''))
         .map(|w| {
             w.chars()
@@ -165,12 +168,32 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .filter(|w| !w.is_empty())
 }
 
-fn is_stopword(word: &str) -> bool {
-    STOPWORDS.contains(&word)
+/// The content words of `text`, stemmed, in order (duplicates kept).
+pub fn content_words(text: &str) -> Vec<String> {
+    words(text)
+        .filter(|w| !is_stopword(w))
+        .map(|w| stem(&w))
+        .filter(|w| !w.is_empty())
+        .collect()
 }
 
-/// A deliberately small suffix stemmer (plural, past, gerund, adverb, a few derivations).
-/// Words of four characters or fewer are left alone.
+/// The distinct content words of `text`, stemmed.
+pub fn content_word_set(text: &str) -> BTreeSet<String> {
+    content_words(text).into_iter().collect()
+}
+
+/// Jaccard similarity of two word sets (0 when both are empty).
+pub fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {
+    let union = a.union(b).count();
+    if union == 0 {
+        return 0.0;
+    }
+    a.intersection(b).count() as f32 / union as f32
+}
+
+/// A deliberately small suffix stemmer (plural, past, gerund, adverb, a few derivations): it
+/// only has to map a word and its inflections to the same key, not produce a real stem. Words
+/// of four characters or fewer, and words that are not ASCII, are left alone.
 pub fn stem(word: &str) -> String {
     let w = word;
     if w.chars().count() <= 4 || !w.is_ascii() {
@@ -240,27 +263,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stopword_list_is_sorted_for_binary_search() {
+        let mut sorted = STOPWORDS.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, STOPWORDS);
+    }
+
+    #[test]
     fn variants_share_a_stem() {
         assert_eq!(stem("refunds"), stem("refund"));
         assert_eq!(stem("refunded"), stem("refund"));
         assert_eq!(stem("refunding"), stem("refund"));
         assert_eq!(stem("shipping"), stem("ship"));
         assert_eq!(stem("shipped"), stem("shipping"));
-        assert_eq!(stem("policies"), stem("policy"));
+        assert_eq!(stem("ships"), "ship");
+        assert_eq!(stem("policies"), "policy");
         assert_eq!(stem("prices"), stem("price"));
-        assert_eq!(stem("boxes"), stem("box"));
+        assert_eq!(stem("boxes"), "box");
         assert_eq!(stem("classes"), "class");
         assert_eq!(stem("class"), "class");
         assert_eq!(stem("days"), "days", "short words are kept");
+        assert_eq!(stem("cafés"), "cafés", "non-ASCII words are kept");
     }
 
     #[test]
-    fn content_terms_drop_stopwords_and_case() {
-        let terms = content_terms("How many DAYS do customers have to request a refund?");
+    fn content_words_drop_stopwords_and_case_and_keep_order() {
+        assert_eq!(
+            content_words("The customers' refunds are processed within 30 days"),
+            vec!["customer", "refund", "process", "within", "30", "days"]
+        );
+        assert_eq!(
+            content_words("Please tell me: don't refunds REFUND?"),
+            vec!["dont", "refund", "refund"]
+        );
+        let set = content_word_set("How many DAYS do customers have to request a refund?");
         let expected: BTreeSet<String> = ["days", "customer", "request", "refund"]
             .iter()
             .map(|s| s.to_string())
             .collect();
-        assert_eq!(terms, expected);
+        assert_eq!(set, expected);
+        assert!(content_words("What is it? Tell me, please.").is_empty());
+    }
+
+    #[test]
+    fn jaccard_of_word_sets() {
+        let a = content_word_set("refund window thirty days");
+        let b = content_word_set("the refund window");
+        assert!((jaccard(&a, &b) - 0.5).abs() < 1e-6);
+        assert_eq!(jaccard(&BTreeSet::new(), &BTreeSet::new()), 0.0);
     }
 }
