@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use super::onnx::l2_normalise;
 use super::test_tokenizer::test_tokenizer;
 use super::{EmbedError, EmbedStats, Embedder, TokenCounter};
-use orkeon_crews::text::content_words;
 use crate::types::EmbeddingProfile;
+use orkeon_crews::text::content_words;
 
 /// Provider label of every hash embedder's profile.
 pub const HASH_PROVIDER: &str = "hash";
