@@ -24,29 +24,43 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use crate::ports::BoxError;
+
 /// The pseudo-node that ends a run.
 pub const END: &str = "__end__";
 
 /// Why a node failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NodeError(pub String);
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The run was cancelled while the node ran.
+    #[error("the run was cancelled")]
+    Cancelled,
+    /// The node's work failed; the library error travels as the source.
+    #[error(transparent)]
+    Failed(BoxError),
+}
 
 impl NodeError {
+    /// A failure described by a message (for nodes whose failure has no error value).
     pub fn new(message: impl fmt::Display) -> Self {
-        Self(message.to_string())
+        Self::Failed(message.to_string().into())
+    }
+
+    /// A failure caused by a library error, kept as the source.
+    pub fn caused_by(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Failed(Box::new(error))
     }
 }
 
 impl From<String> for NodeError {
     fn from(message: String) -> Self {
-        Self(message)
+        Self::new(message)
     }
 }
 
 impl From<&str> for NodeError {
     fn from(message: &str) -> Self {
-        Self(message.to_string())
+        Self::new(message)
     }
 }
 
@@ -380,7 +394,7 @@ impl<S: Send + 'static> StateGraph<S> {
                 Ok(Err(error)) => {
                     break GraphOutcome::NodeFailed {
                         node: current,
-                        error: error.0,
+                        error: error.to_string(),
                     };
                 }
                 Ok(Ok(())) => {}

@@ -50,9 +50,9 @@ impl Node<GraphRunState> for TaskNode {
             Ok(output) => output,
             Err(StepError::Cancelled) => {
                 state.cancelled = true;
-                return Err(NodeError::from("the run was cancelled"));
+                return Err(NodeError::Cancelled);
             }
-            Err(StepError::Failed(reason)) => return Err(NodeError(reason)),
+            Err(StepError::Failed(reason)) => return Err(NodeError::new(reason)),
         };
         state.executions += 1;
         let chosen = self
@@ -62,7 +62,7 @@ impl Node<GraphRunState> for TaskNode {
             .map(|edge| edge.to.clone());
         state.outputs.push(output);
         let Some(to) = chosen else {
-            return Err(NodeError(format!(
+            return Err(NodeError::new(format!(
                 "no edge from task '{}' matched its output; end its edges with an unconditional one, e.g. `{{ from: {}, to: {GRAPH_END} }}`",
                 self.task.name, self.task.name
             )));
