@@ -4,6 +4,7 @@
 //! engine, the process engines, and the ports other crates implement ([`ports`]). Depends on no
 //! other workspace crate.
 
+pub mod citations;
 pub mod graph;
 pub mod ports;
 pub mod run;
