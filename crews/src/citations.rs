@@ -108,7 +108,11 @@ pub fn map_markers(text: &str, map: impl Fn(u32) -> Option<u32>) -> (String, Vec
     let mut copied_to = 0;
     for group in marker_groups(text) {
         let mapped: Vec<Option<u32>> = group.numbers.iter().map(|&n| map(n)).collect();
-        if mapped.iter().zip(&group.numbers).all(|(m, n)| *m == Some(*n)) {
+        if mapped
+            .iter()
+            .zip(&group.numbers)
+            .all(|(m, n)| *m == Some(*n))
+        {
             continue; // unchanged: copied verbatim with the surrounding text
         }
         for (m, n) in mapped.iter().zip(&group.numbers) {
@@ -280,8 +284,7 @@ impl CitationLedger {
     /// Checks an output against the ledger: markers that resolve are kept, the others are
     /// removed from the text and reported; an output citing nothing has no citations.
     pub fn check_output(&self, output: &str) -> CitationCheck {
-        let (text, dangling_markers) =
-            map_markers(output, |n| self.get(n).is_some().then_some(n));
+        let (text, dangling_markers) = map_markers(output, |n| self.get(n).is_some().then_some(n));
         let cited: Vec<KnowledgeCitation> = cited_markers(&text)
             .into_iter()
             .filter_map(|n| self.get(n).cloned())
@@ -336,7 +339,8 @@ mod tests {
 
     #[test]
     fn finds_single_grouped_and_adjacent_markers() {
-        let markers = cited_markers("A [1]. B [2, 4]. C [5][6]. D [7; 8]. Not [n] nor [x, 1] nor [7");
+        let markers =
+            cited_markers("A [1]. B [2, 4]. C [5][6]. D [7; 8]. Not [n] nor [x, 1] nor [7");
         assert_eq!(
             markers.into_iter().collect::<Vec<_>>(),
             vec![1, 2, 4, 5, 6, 7, 8]
@@ -421,7 +425,11 @@ mod tests {
         let check = ledger.check_output("B [2]. C [3, 7].");
         assert_eq!(check.text, "B [2]. C [3].");
         assert_eq!(
-            check.cited.iter().map(|c| c.chunk_id.as_str()).collect::<Vec<_>>(),
+            check
+                .cited
+                .iter()
+                .map(|c| c.chunk_id.as_str())
+                .collect::<Vec<_>>(),
             ["b", "c"]
         );
         assert_eq!(check.dangling_markers, vec![7]);

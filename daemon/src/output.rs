@@ -126,7 +126,11 @@ pub fn describe_run_event(event: &RunEvent) -> String {
                 facts.push(format!(
                     "groundedness {:.2} ({}, {})",
                     g.score,
-                    if g.grounded { "grounded" } else { "not grounded" },
+                    if g.grounded {
+                        "grounded"
+                    } else {
+                        "not grounded"
+                    },
                     g.checker
                 ));
             }

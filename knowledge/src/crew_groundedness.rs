@@ -5,10 +5,12 @@
 //!
 //! A task output cites passages under the run's markers (`[3]`, `[7]`, …) while a checker reads
 //! marker `[n]` as its `n`-th context passage, so the output's markers are renumbered to the
-//! passages' positions before the check.
+//! passages' positions before the check. A marker written after a sentence's closing
+//! punctuation (`Refunds take 30 days. [1]`, the offline extractive model's style) is moved
+//! before it, so the checkers' sentence split keeps it with the claim it cites.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use orkeon_crews::citations::map_markers;
@@ -28,6 +30,14 @@ impl CrewGroundedness {
     pub fn new(checker: Arc<dyn GroundednessChecker>) -> Self {
         Self { checker }
     }
+}
+
+/// `claim. [1]` → `claim [1].` (also `!`, `?`, and groups such as `[1, 2]`).
+fn markers_before_punctuation(text: &str) -> String {
+    static TRAILING: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(r"([.!?])[ \t]+(\[[0-9][0-9,; \t]*\])").expect("valid regex")
+    });
+    TRAILING.replace_all(text, " $2$1").into_owned()
 }
 
 /// A cited passage as the checkers see it: its snippet (the text the agent was shown).
@@ -65,6 +75,7 @@ impl GroundednessCheck for CrewGroundedness {
             .collect();
         // Markers citing none of `passages` are dropped: they cannot support anything.
         let (local_answer, _) = map_markers(answer, |n| position.get(&n).copied());
+        let local_answer = markers_before_punctuation(&local_answer);
         let context: Vec<ScoredChunk> = passages.iter().map(as_chunk).collect();
         let verdict = self
             .checker
@@ -102,12 +113,50 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_marker_after_the_full_stop_moves_into_its_sentence() {
+        assert_eq!(
+            markers_before_punctuation("Refunds take 30 days. [1] Shipping is free! [2, 3] Ok."),
+            "Refunds take 30 days [1]. Shipping is free [2, 3]! Ok."
+        );
+    }
+
+    #[tokio::test]
+    async fn extractive_style_answers_keep_each_marker_with_its_sentence() {
+        let check = CrewGroundedness::new(Arc::new(HeuristicGroundednessChecker::default()));
+        let passages = [
+            passage(
+                4,
+                "Protected lanes raised weekday cycling counts by 31 percent.",
+            ),
+            passage(
+                9,
+                "Near-miss rates fell on corridors with physical separation.",
+            ),
+        ];
+        let report = check
+            .check(
+                "q",
+                "Protected lanes raised weekday cycling counts by 31 percent. [4] Near-miss rates fell on corridors with physical separation. [9]",
+                &passages,
+            )
+            .await
+            .unwrap();
+        assert!(report.grounded, "{report:?}");
+    }
+
     #[tokio::test]
     async fn run_markers_are_checked_against_the_passages_they_name() {
         let check = CrewGroundedness::new(Arc::new(HeuristicGroundednessChecker::default()));
         let passages = [
-            passage(7, "Protected lanes raised weekday cycling counts by 31 percent."),
-            passage(12, "Near-miss rates fell on corridors with physical separation."),
+            passage(
+                7,
+                "Protected lanes raised weekday cycling counts by 31 percent.",
+            ),
+            passage(
+                12,
+                "Near-miss rates fell on corridors with physical separation.",
+            ),
         ];
         let grounded = check
             .check(

@@ -204,7 +204,10 @@ impl ProcessResult {
 
 /// The reasons of the degraded task outputs, joined, or `None`.
 fn degraded_tasks(outputs: &[TaskOutput]) -> Option<String> {
-    let reasons: Vec<&str> = outputs.iter().filter_map(|o| o.degraded.as_deref()).collect();
+    let reasons: Vec<&str> = outputs
+        .iter()
+        .filter_map(|o| o.degraded.as_deref())
+        .collect();
     (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 

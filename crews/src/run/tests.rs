@@ -363,7 +363,10 @@ async fn sequential_runs_tasks_in_order_with_context_and_rendered_inputs() {
     };
     assert_eq!(output.citations, vec![citation("kb")]);
     assert!(!output.uncited && output.dangling_markers.is_empty());
-    assert!(output.passages.is_empty(), "passages travel in the retrieval event");
+    assert!(
+        output.passages.is_empty(),
+        "passages travel in the retrieval event"
+    );
 }
 
 #[tokio::test]
@@ -918,9 +921,7 @@ impl PassageRunner {
         Self {
             script: script
                 .iter()
-                .map(|(task, text, chunks)| {
-                    (task.to_string(), (text.to_string(), chunks.to_vec()))
-                })
+                .map(|(task, text, chunks)| (task.to_string(), (text.to_string(), chunks.to_vec())))
                 .collect(),
             seen: Mutex::new(Vec::new()),
         }
@@ -1024,7 +1025,10 @@ async fn a_marker_that_resolves_to_nothing_is_removed_and_the_required_task_degr
     assert_eq!(outputs[0].dangling_markers, vec![9]);
     assert!(outputs[0].uncited);
     let reason = outputs[0].degraded.clone().expect("degraded");
-    assert!(reason.contains("[9]") && reason.contains("citations: required"), "{reason}");
+    assert!(
+        reason.contains("[9]") && reason.contains("citations: required"),
+        "{reason}"
+    );
     // The run goes on (on_degraded: continue) and ends degraded with the task's reason.
     assert_eq!(outputs[1].citations.len(), 1);
     assert_eq!(result.status, RunStatus::Degraded);
@@ -1046,7 +1050,11 @@ async fn an_uncited_answer_degrades_a_required_task_and_fails_the_run_under_on_d
     assert!(reason.contains("cites none of its passages"), "{reason}");
     assert!(reason.ends_with("(on_degraded: fail)"), "{reason}");
     let outputs = completed(&h.sink.events());
-    assert_eq!(outputs.len(), 1, "the evidence is recorded before the run stops");
+    assert_eq!(
+        outputs.len(),
+        1,
+        "the evidence is recorded before the run stops"
+    );
     assert!(outputs[0].uncited && outputs[0].citations.is_empty());
     assert_eq!(runner.seen.lock().unwrap().len(), 1);
 }

@@ -609,8 +609,16 @@ fn citations_policy_defaults_by_agent_and_is_overridable_per_crew_and_task() {
         let task = spec.task(task).unwrap();
         spec.citation_policy(task, spec.agent(&task.agent).unwrap())
     };
-    assert_eq!(policy(&spec, "answer"), CitationPolicy::Required, "agent has knowledge");
-    assert_eq!(policy(&spec, "review"), CitationPolicy::Optional, "agent has none");
+    assert_eq!(
+        policy(&spec, "answer"),
+        CitationPolicy::Required,
+        "agent has knowledge"
+    );
+    assert_eq!(
+        policy(&spec, "review"),
+        CitationPolicy::Optional,
+        "agent has none"
+    );
 
     let text = format!("{SUPPORT}citations: optional\n");
     let spec = parse(&text).unwrap();
