@@ -257,9 +257,10 @@ mod tests {
                 task: "triage".into(),
                 agent: "triager".into(),
                 output: "The customer asks about refunds.".into(),
-                citations: vec![],
                 model: "extractive".into(),
+                ..TaskOutput::default()
             }],
+            run_passages: vec![],
         }
     }
 

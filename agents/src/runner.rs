@@ -1,6 +1,8 @@
 //! [`AgentTaskRunner`]: performs one task as one agent — retrieves the agent's knowledge block,
-//! renders the prompt, calls the chat model with the agent's tools and executes the tool calls
-//! it asks for, then keeps the citations the output actually cites.
+//! renumbers it into the run's citation ledger (`TaskAssignment::run_passages`), renders the
+//! prompt, calls the chat model with the agent's tools and executes the tool calls it asks for
+//! (their passages join the ledger too), then checks the output's markers against the ledger:
+//! resolving ones are kept, dangling ones removed, an output citing nothing has no citations.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use orkeon_crews::ports::{
     TaskAssignment, TaskError, TaskOutput, TaskRunner,
 };
 
-use crate::citations::citations_for_output;
+use crate::citations::CitationLedger;
 use crate::prompts::PromptTemplates;
 use crate::tools::{EvalTool, ToolExecutor, tool_specs};
 
@@ -110,7 +112,15 @@ impl AgentTaskRunner {
 #[async_trait]
 impl TaskRunner for AgentTaskRunner {
     async fn run_task(&self, a: TaskAssignment) -> Result<TaskOutput, TaskError> {
-        let block = self.knowledge_block(&a).await?;
+        let mut ledger = CitationLedger::from_passages(&a.run_passages);
+        let mut passages: Vec<KnowledgeCitation> = Vec::new();
+        let mut traces: Vec<serde_json::Value> = Vec::new();
+        let block = self.knowledge_block(&a).await?.map(|block| {
+            let block = ledger.admit_block(block);
+            passages.extend(block.citations.iter().cloned());
+            traces.push(serde_json::json!({"via": "knowledge", "trace": block.trace}));
+            block
+        });
         let tools = tool_specs(&a.agent.tools).map_err(|e| {
             TaskError::Other(format!(
                 "agent `{}` of crew `{}`: {e}",
@@ -120,12 +130,6 @@ impl TaskRunner for AgentTaskRunner {
         let mut messages = self
             .templates
             .render_task_with_tools(&a, block.as_ref(), &tools)?;
-        let mut citations: Vec<KnowledgeCitation> = block
-            .as_ref()
-            .map(|b| b.citations.clone())
-            .unwrap_or_default();
-        let next_marker =
-            |citations: &[KnowledgeCitation]| citations.iter().map(|c| c.marker).max().unwrap_or(0);
 
         let mut rounds = 0usize;
         let output = loop {
@@ -172,27 +176,56 @@ impl TaskRunner for AgentTaskRunner {
                     attached_collections: a.agent.knowledge.clone(),
                     default_max_passages: self.max_passages,
                     ingest_base_dir: self.ingest_base_dir.clone(),
-                    marker_offset: next_marker(&citations),
+                    // Passages are renumbered into the run's ledger below.
+                    marker_offset: 0,
                 };
                 let result = executor.execute(&call.name, &call.arguments).await;
+                let mut content = result.content;
                 if let Some(found) = result.knowledge {
-                    citations.extend(found.citations);
+                    let (found, map) = ledger.admit_block_mapped(found);
+                    content = CitationLedger::renumber_text(&content, &map);
+                    for passage in found.citations {
+                        if !passages.iter().any(|p| p.marker == passage.marker) {
+                            passages.push(passage);
+                        }
+                    }
+                    traces.push(serde_json::json!({
+                        "via": call.name,
+                        "arguments": call.arguments,
+                        "trace": found.trace,
+                    }));
                 }
                 messages.push(ChatMessage {
                     role: Role::Tool,
-                    content: result.content,
+                    content,
                     tool_call_id: Some(call.id.clone()),
                     tool_calls: Vec::new(),
                 });
             }
         };
 
+        let check = ledger.check_output(&output);
+        if !check.dangling_markers.is_empty() {
+            tracing::warn!(
+                run_id = %a.run_id,
+                agent = %a.agent.name,
+                task = %a.task_name,
+                dangling = ?check.dangling_markers,
+                "the output cites markers that resolve to no passage; removed"
+            );
+        }
         Ok(TaskOutput {
             task: a.task_name.clone(),
             agent: a.agent.name.clone(),
-            citations: citations_for_output(&output, &citations),
-            output,
+            output: check.text,
+            citations: check.cited,
             model: self.chat.name(),
+            passages,
+            retrieval_trace: traces,
+            dangling_markers: check.dangling_markers,
+            uncited: check.uncited,
+            degraded: None,
+            groundedness: None,
         })
     }
 }
@@ -350,6 +383,7 @@ mod tests {
             expected_output: "A short answer".into(),
             inputs: Default::default(),
             context: vec![],
+            run_passages: vec![],
         }
     }
 
@@ -542,11 +576,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(output.output, "Ingested the notes.");
-        assert_eq!(
-            output.citations.len(),
-            2,
-            "nothing cited: the block's citations are kept"
+        assert!(
+            output.citations.is_empty(),
+            "nothing cited: no citation is attached"
         );
+        assert!(output.uncited);
+        assert_eq!(output.passages.len(), 2, "the passages given are reported");
 
         let bootstraps = kb.bootstrap_calls.lock().unwrap().clone();
         assert_eq!(bootstraps.len(), 1);
@@ -561,6 +596,86 @@ mod tests {
             serde_json::from_str(messages[3]["content"].as_str().unwrap()).unwrap();
         assert_eq!(ingest_result[0]["state"], "ready");
         assert_eq!(messages[5]["content"], EVAL_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn a_marker_that_resolves_to_nothing_is_removed_and_cites_nothing() {
+        let server = ScriptedLlmServer::start(vec![ScriptRule::once(ScriptReply::Text(
+            "Refunds take 30 days [9].".into(),
+        ))])
+        .await
+        .unwrap();
+        let runner = AgentTaskRunner::new(
+            scripted_model(&server),
+            Some(product_kb() as Arc<dyn KnowledgeService>),
+            templates(),
+        )
+        .with_max_passages(2);
+        let output = runner.run_task(assignment(&[])).await.unwrap();
+        assert_eq!(output.output, "Refunds take 30 days.");
+        assert!(output.citations.is_empty());
+        assert_eq!(output.dangling_markers, vec![9]);
+        assert!(output.uncited);
+    }
+
+    #[tokio::test]
+    async fn the_block_and_tool_passages_are_numbered_in_the_runs_ledger() {
+        // Earlier in the run: [1] warranty (the same chunk the tool finds again) and [2]
+        // another passage. The task's block (refunds) continues at [3]; the tool's warranty
+        // passage keeps its [1].
+        let kb = product_kb();
+        let warranty = kb
+            .augment(&["product-kb".into()], "warranty defects years", 1)
+            .await
+            .unwrap()
+            .citations
+            .remove(0);
+        let mut other = warranty.clone();
+        other.chunk_id = "elsewhere#3".into();
+        other.marker = 2;
+        let server = ScriptedLlmServer::start(vec![
+            ScriptRule::once(ScriptReply::ToolCall {
+                name: "rag_search".into(),
+                arguments: json!({"query": "warranty defects years"}),
+            }),
+            ScriptRule::once(ScriptReply::Text(
+                "Refunds within 30 days [3]; the warranty lasts two years [1].".into(),
+            )),
+        ])
+        .await
+        .unwrap();
+        let runner = AgentTaskRunner::new(
+            scripted_model(&server),
+            Some(kb.clone() as Arc<dyn KnowledgeService>),
+            templates(),
+        )
+        .with_max_passages(1);
+        let mut a = assignment(&["rag_search"]);
+        a.run_passages = vec![warranty.clone(), other];
+        let output = runner.run_task(a).await.unwrap();
+
+        let requests = server.requests();
+        let first_user = requests[0]["messages"][1]["content"].as_str().unwrap();
+        assert!(
+            first_user.contains("[3] (source: kb/refunds.md)"),
+            "{first_user}"
+        );
+        assert!(!first_user.contains("[1] (source: kb/refunds.md)"));
+        let tool_text = requests[1]["messages"][3]["content"].as_str().unwrap();
+        assert!(
+            tool_text.starts_with("[1] (source: kb/warranty.md)"),
+            "{tool_text}"
+        );
+        let cited: Vec<(u32, &str)> = output
+            .citations
+            .iter()
+            .map(|c| (c.marker, c.source_id.as_str()))
+            .collect();
+        assert_eq!(cited, [(1, "kb/warranty.md"), (3, "kb/refunds.md")]);
+        let given: Vec<u32> = output.passages.iter().map(|p| p.marker).collect();
+        assert_eq!(given, [3, 1]);
+        assert_eq!(output.retrieval_trace.len(), 2, "block and tool traces");
+        assert!(!output.uncited && output.dangling_markers.is_empty());
     }
 
     #[tokio::test]

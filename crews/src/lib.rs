@@ -5,6 +5,7 @@
 //! policies the crates above share so that they agree: [`retry`] (retries of remote calls) and
 //! [`text`] (what a content word is). Depends on no other workspace crate.
 
+pub mod citations;
 pub mod graph;
 pub mod ports;
 pub mod retry;

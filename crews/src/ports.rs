@@ -269,6 +269,10 @@ pub struct AgentProfile {
 }
 
 /// The output of an earlier task, offered as context to later ones.
+///
+/// `citations` are the passages the output cites, each under its run-wide marker (see
+/// [`crate::citations`]). The fields after `model` default when absent so that events stored
+/// before they existed still decode.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskOutput {
     pub task: String,
@@ -277,6 +281,61 @@ pub struct TaskOutput {
     pub citations: Vec<KnowledgeCitation>,
     /// Model label (`extractive`, `openai:<model>`, `scripted-openai:<model>`, …).
     pub model: String,
+    /// Every passage the agent was given for this task (its knowledge block and `rag_search`
+    /// answers), under run-wide markers. The process moves them into the `retrieval` event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passages: Vec<KnowledgeCitation>,
+    /// The retrieval traces behind `passages` (one JSON entry per retrieval). The process
+    /// moves them into the `retrieval` event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retrieval_trace: Vec<serde_json::Value>,
+    /// Markers the output used that resolve to no passage of the run; removed from `output`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dangling_markers: Vec<u32>,
+    /// The output cites no passage.
+    #[serde(default)]
+    pub uncited: bool,
+    /// Why the task is degraded (`citations: required` and nothing cited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
+    /// How well the cited passages support the output (cited outputs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groundedness: Option<GroundednessReport>,
+}
+
+/// A groundedness checker's verdict on one task output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroundednessReport {
+    /// The checker that scored it (`heuristic`, `llm`).
+    pub checker: String,
+    pub grounded: bool,
+    /// Support in [0, 1].
+    pub score: f32,
+    /// Claims the cited passages do not support.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported_claims: Vec<String>,
+}
+
+/// Why a groundedness check failed.
+#[derive(Debug, thiserror::Error)]
+#[error("groundedness check ({checker}) failed: {source}")]
+pub struct GroundednessError {
+    pub checker: String,
+    #[source]
+    pub source: BoxError,
+}
+
+/// Scores a task output against the passages it cites (implemented by `knowledge` with the
+/// query pipeline's checkers).
+#[async_trait]
+pub trait GroundednessCheck: Send + Sync {
+    /// `passages` are the passages `answer` cites, under the run-wide markers `answer` uses.
+    async fn check(
+        &self,
+        question: &str,
+        answer: &str,
+        passages: &[KnowledgeCitation],
+    ) -> Result<GroundednessReport, GroundednessError>;
 }
 
 /// Everything an agent needs to perform one task.
@@ -292,6 +351,11 @@ pub struct TaskAssignment {
     pub inputs: BTreeMap<String, String>,
     /// Outputs of the tasks this one depends on.
     pub context: Vec<TaskOutput>,
+    /// The run's citation ledger so far: every passage handed to an agent earlier in this
+    /// run, under its run-wide marker (`1..=n`). New passages continue after it; a passage
+    /// already in it keeps its marker.
+    #[serde(default)]
+    pub run_passages: Vec<KnowledgeCitation>,
 }
 
 /// Why a task failed.

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use orkeon_agents::llm::{LlmSettings, build_chat_model, settings_with_overrides};
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_agents::runner::AgentTaskRunner;
-use orkeon_crews::ports::{ChatModel, CollectionState, KnowledgeService, TaskRunner};
+use orkeon_crews::ports::{
+    ChatModel, CollectionState, GroundednessCheck, KnowledgeService, TaskRunner,
+};
 use orkeon_crews::run::{ProcessContext, RunEvent, RunEventSink, RunStatus, run_process};
 use orkeon_crews::spec::{CrewSpec, DegradedPolicy};
 use tokio::sync::watch;
@@ -43,6 +45,8 @@ pub struct CrewEngine {
     pub registry: Arc<CrewRegistry>,
     pub runs: Arc<Runs>,
     knowledge: Arc<dyn KnowledgeService>,
+    /// Scores cited task outputs; `None`: outputs are not scored.
+    groundedness: Option<Arc<dyn GroundednessCheck>>,
     llm: LlmSettings,
     templates: Arc<PromptTemplates>,
     active: Mutex<HashMap<String, ActiveRun>>,
@@ -91,6 +95,7 @@ impl CrewEngine {
             registry,
             runs,
             knowledge,
+            groundedness: None,
             llm,
             templates,
             active: Mutex::new(HashMap::new()),
@@ -99,6 +104,13 @@ impl CrewEngine {
             max_concurrent,
             max_queued: limits.max_queued,
         }
+    }
+
+    /// Scores every cited task output of every run with `check` (the `task_completed` event
+    /// carries the verdict).
+    pub fn with_groundedness(mut self, check: Arc<dyn GroundednessCheck>) -> Self {
+        self.groundedness = Some(check);
+        self
     }
 
     /// Refuses a new run when every slot is taken and the line is full.
@@ -347,6 +359,8 @@ impl CrewEngine {
             manager: Some(chat),
             events: sink.clone(),
             cancel,
+            groundedness: self.groundedness.clone(),
+            ledger: Default::default(),
         })
         .await;
         if let Ok(pool) = Arc::try_unwrap(pool) {

@@ -102,10 +102,49 @@ pub fn describe_run_event(event: &RunEvent) -> String {
                 .collect();
             format!("retrieval for {task}: {}", cites.join(", "))
         }
-        RunEvent::TaskCompleted { output } => format!(
-            "task {} completed by {} ({})",
-            output.task, output.agent, output.model
-        ),
+        RunEvent::TaskCompleted { output } => {
+            let mut facts: Vec<String> = Vec::new();
+            if output.uncited {
+                facts.push("cites nothing".to_string());
+            } else {
+                let cited: Vec<String> = output
+                    .citations
+                    .iter()
+                    .map(|c| format!("[{}]", c.marker))
+                    .collect();
+                facts.push(format!("cites {}", cited.join(" ")));
+            }
+            if !output.dangling_markers.is_empty() {
+                let dangling: Vec<String> = output
+                    .dangling_markers
+                    .iter()
+                    .map(|m| format!("[{m}]"))
+                    .collect();
+                facts.push(format!("removed dangling {}", dangling.join(" ")));
+            }
+            if let Some(g) = &output.groundedness {
+                facts.push(format!(
+                    "groundedness {:.2} ({}, {})",
+                    g.score,
+                    if g.grounded {
+                        "grounded"
+                    } else {
+                        "not grounded"
+                    },
+                    g.checker
+                ));
+            }
+            if let Some(reason) = &output.degraded {
+                facts.push(format!("degraded: {reason}"));
+            }
+            format!(
+                "task {} completed by {} ({}): {}",
+                output.task,
+                output.agent,
+                output.model,
+                facts.join("; ")
+            )
+        }
         RunEvent::ManagerDecision {
             task,
             agent,

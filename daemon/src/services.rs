@@ -7,8 +7,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_crews::ports::KnowledgeService;
+use orkeon_knowledge::crew_groundedness::CrewGroundedness;
 use orkeon_knowledge::crew_knowledge::{CollectionGates, CrewKnowledge};
-use orkeon_knowledge::query::ProfileResolver;
+use orkeon_knowledge::query::{HeuristicGroundednessChecker, ProfileResolver};
 
 use crate::actors::AugmenterHandle;
 use crate::config::Config;
@@ -68,17 +69,25 @@ impl Services {
                 .context("cannot load prompt templates")?,
         );
         let registry = Arc::new(CrewRegistry::default());
-        let engine = Arc::new(CrewEngine::new(
-            registry.clone(),
-            runs.clone(),
-            augmenter.clone() as Arc<dyn KnowledgeService>,
-            config.llm.clone(),
-            templates,
-            RunLimits {
-                max_concurrent: config.limits.max_concurrent_runs,
-                max_queued: config.limits.max_queued_runs,
-            },
-        ));
+        // Crews' task outputs are scored offline with the heuristic checker (content-word
+        // overlap with the cited passages): deterministic, and no extra LLM call per task.
+        let groundedness = Arc::new(CrewGroundedness::new(Arc::new(
+            HeuristicGroundednessChecker::default(),
+        )));
+        let engine = Arc::new(
+            CrewEngine::new(
+                registry.clone(),
+                runs.clone(),
+                augmenter.clone() as Arc<dyn KnowledgeService>,
+                config.llm.clone(),
+                templates,
+                RunLimits {
+                    max_concurrent: config.limits.max_concurrent_runs,
+                    max_queued: config.limits.max_queued_runs,
+                },
+            )
+            .with_groundedness(groundedness),
+        );
         let knowledge_app = Arc::new(KnowledgeApp::new(
             config.clone(),
             host.clone(),

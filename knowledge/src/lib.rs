@@ -9,6 +9,7 @@
 
 pub mod chunk;
 pub mod corrective;
+pub mod crew_groundedness;
 pub mod crew_knowledge;
 pub mod embed;
 pub mod eval;

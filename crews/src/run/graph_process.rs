@@ -150,6 +150,10 @@ pub(super) async fn run(ctx: &ProcessContext) -> ProcessResult {
         ctx.events.emit(RunEvent::BudgetExhausted {
             reason: reason.clone(),
         });
+        let reason = match super::degraded_tasks(&state.outputs) {
+            Some(tasks) => format!("{reason}; {tasks}"),
+            None => reason,
+        };
         ProcessResult {
             status: RunStatus::Degraded,
             outputs: state.outputs.clone(),

@@ -105,8 +105,8 @@ async fn run_task(
         } else {
             verdict.feedback
         },
-        citations: Vec::new(),
         model: model.name(),
+        ..TaskOutput::default()
     });
     match task_step::perform(ctx, task, agent, retry_context).await {
         Ok(second) => Ok(vec![first, second]),

@@ -21,7 +21,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
-use crate::ports::{ChatModel, CollectionStatus, KnowledgeCitation, TaskOutput, TaskRunner};
+use crate::citations::CitationLedger;
+use crate::ports::{
+    ChatModel, CollectionStatus, GroundednessCheck, KnowledgeCitation, TaskOutput, TaskRunner,
+};
 use crate::spec::{CrewSpec, ProcessKind, template};
 
 pub use graph_process::GraphRunState;
@@ -80,12 +83,17 @@ pub enum RunEvent {
         task: String,
         agent: String,
     },
-    /// The passages a task's agent was given (empty when its knowledge found nothing).
+    /// The passages a task's agent was given (empty when its knowledge found nothing), under
+    /// their run-wide markers, and the traces of the retrievals that found them.
     Retrieval {
         task: String,
         agent: String,
         citations: Vec<KnowledgeCitation>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        trace: Vec<serde_json::Value>,
     },
+    /// The task's output, with its citation facts: `output.citations` (what it cites),
+    /// `output.dangling_markers`, `output.uncited`, `output.degraded`, `output.groundedness`.
     TaskCompleted {
         output: TaskOutput,
     },
@@ -138,6 +146,10 @@ pub struct ProcessContext {
     pub events: Arc<dyn RunEventSink>,
     /// `true` asks the run to stop; checked between tasks and while a task runs.
     pub cancel: tokio::sync::watch::Receiver<bool>,
+    /// Scores cited task outputs against the passages they cite; `None`: not scored.
+    pub groundedness: Option<Arc<dyn GroundednessCheck>>,
+    /// The run's citation ledger (start with an empty one: `Default::default()`).
+    pub ledger: Arc<std::sync::Mutex<CitationLedger>>,
 }
 
 /// How the process ended.
@@ -151,11 +163,20 @@ pub struct ProcessResult {
 }
 
 impl ProcessResult {
+    /// All tasks ran: `finished`, or `degraded` when some task output is (the reasons of its
+    /// degraded tasks, joined).
     fn finished(outputs: Vec<TaskOutput>) -> Self {
-        Self {
-            status: RunStatus::Finished,
-            outputs,
-            reason: None,
+        match degraded_tasks(&outputs) {
+            Some(reason) => Self {
+                status: RunStatus::Degraded,
+                outputs,
+                reason: Some(reason),
+            },
+            None => Self {
+                status: RunStatus::Finished,
+                outputs,
+                reason: None,
+            },
         }
     }
 
@@ -179,6 +200,15 @@ impl ProcessResult {
     pub fn final_output(&self) -> Option<&str> {
         self.outputs.last().map(|o| o.output.as_str())
     }
+}
+
+/// The reasons of the degraded task outputs, joined, or `None`.
+fn degraded_tasks(outputs: &[TaskOutput]) -> Option<String> {
+    let reasons: Vec<&str> = outputs
+        .iter()
+        .filter_map(|o| o.degraded.as_deref())
+        .collect();
+    (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
 /// Runs the crew's process. Emits task, retrieval, manager, transition and budget events,

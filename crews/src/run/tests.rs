@@ -74,18 +74,24 @@ impl TaskRunner for EchoRunner {
     async fn run_task(&self, a: TaskAssignment) -> Result<TaskOutput, TaskError> {
         self.seen.lock().unwrap().push(a.clone());
         let context: Vec<&str> = a.context.iter().map(|c| c.task.as_str()).collect();
+        let cites = if a.agent.knowledge.is_empty() {
+            ""
+        } else {
+            " [1]"
+        };
         Ok(TaskOutput {
             task: a.task_name.clone(),
             agent: a.agent.name.clone(),
             output: format!(
-                "[{}/{}] {} <- {}",
+                "[{}/{}] {} <- {}{cites}",
                 a.task_name,
                 a.agent.name,
                 a.description,
                 context.join(",")
             ),
-            citations: a.agent.knowledge.iter().map(|c| citation(c)).collect(),
+            passages: a.agent.knowledge.iter().map(|c| citation(c)).collect(),
             model: "echo".to_string(),
+            ..TaskOutput::default()
         })
     }
 }
@@ -157,8 +163,8 @@ impl TaskRunner for ScriptedRunner {
             task: a.task_name.clone(),
             agent: a.agent.name.clone(),
             output: line,
-            citations: Vec::new(),
             model: "scripted".to_string(),
+            ..TaskOutput::default()
         })
     }
 }
@@ -178,8 +184,8 @@ impl TaskRunner for SlowRunner {
             task: a.task_name,
             agent: a.agent.name,
             output: "REVISE".to_string(),
-            citations: Vec::new(),
             model: "slow".to_string(),
+            ..TaskOutput::default()
         })
     }
 }
@@ -260,6 +266,8 @@ fn harness(
         manager,
         events: sink.clone(),
         cancel,
+        groundedness: None,
+        ledger: Default::default(),
     };
     Harness {
         sink,
@@ -317,7 +325,7 @@ async fn sequential_runs_tasks_in_order_with_context_and_rendered_inputs() {
     assert_eq!(write_context, vec!["research", "outline"]);
     assert_eq!(
         seen[2].context[0].output,
-        "[research/researcher] Research refunds <- "
+        "[research/researcher] Research refunds <-  [1]"
     );
     assert_eq!(seen[2].description, "Write for customers");
 
@@ -347,7 +355,17 @@ async fn sequential_runs_tasks_in_order_with_context_and_rendered_inputs() {
             task: "research".to_string(),
             agent: "researcher".to_string(),
             citations: vec![citation("kb")],
+            trace: vec![],
         }
+    );
+    let RunEvent::TaskCompleted { output } = &events[2] else {
+        panic!("{:?}", events[2]);
+    };
+    assert_eq!(output.citations, vec![citation("kb")]);
+    assert!(!output.uncited && output.dangling_markers.is_empty());
+    assert!(
+        output.passages.is_empty(),
+        "passages travel in the retrieval event"
     );
 }
 
@@ -884,4 +902,268 @@ async fn channel_sink_forwards_events() {
     tx.emit(RunEvent::BudgetExhausted {
         reason: "dropped quietly".to_string(),
     });
+}
+
+// ----------------------------------------------------------------------------------------
+// Citations: the run's ledger, dangling markers, `citations: required`, groundedness
+// ----------------------------------------------------------------------------------------
+
+/// Answers each task with a fixed text and hands back the passages it "retrieved" (chunk
+/// ids), numbered `1..n` per task as a knowledge service numbers a block; records every
+/// assignment.
+struct PassageRunner {
+    script: HashMap<String, (String, Vec<&'static str>)>,
+    seen: Mutex<Vec<TaskAssignment>>,
+}
+
+impl PassageRunner {
+    fn new(script: &[(&str, &str, &[&'static str])]) -> Self {
+        Self {
+            script: script
+                .iter()
+                .map(|(task, text, chunks)| (task.to_string(), (text.to_string(), chunks.to_vec())))
+                .collect(),
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+fn chunk_passage(chunk: &str, marker: u32) -> KnowledgeCitation {
+    KnowledgeCitation {
+        marker,
+        collection: "kb".to_string(),
+        chunk_id: chunk.to_string(),
+        source_id: format!("kb/{chunk}.md"),
+        snippet: format!("Passage {chunk} says refunds take five days."),
+        score: 0.5,
+        score_origin: "hybrid".to_string(),
+        start: 0,
+        end: 10,
+    }
+}
+
+#[async_trait]
+impl TaskRunner for PassageRunner {
+    async fn run_task(&self, a: TaskAssignment) -> Result<TaskOutput, TaskError> {
+        self.seen.lock().unwrap().push(a.clone());
+        let (text, chunks) = self.script.get(&a.task_name).cloned().expect("scripted");
+        Ok(TaskOutput {
+            task: a.task_name.clone(),
+            agent: a.agent.name.clone(),
+            output: text,
+            model: "passages".to_string(),
+            passages: chunks
+                .iter()
+                .enumerate()
+                .map(|(i, c)| chunk_passage(c, i as u32 + 1))
+                .collect(),
+            retrieval_trace: vec![serde_json::json!({"stages": ["bm25"]})],
+            ..TaskOutput::default()
+        })
+    }
+}
+
+/// Records what it is asked and answers a fixed score.
+#[derive(Default)]
+struct RecordingGroundedness(Mutex<Vec<(String, Vec<u32>)>>);
+
+#[async_trait]
+impl crate::ports::GroundednessCheck for RecordingGroundedness {
+    async fn check(
+        &self,
+        _question: &str,
+        answer: &str,
+        passages: &[KnowledgeCitation],
+    ) -> Result<crate::ports::GroundednessReport, crate::ports::GroundednessError> {
+        self.0.lock().unwrap().push((
+            answer.to_string(),
+            passages.iter().map(|p| p.marker).collect(),
+        ));
+        Ok(crate::ports::GroundednessReport {
+            checker: "recording".to_string(),
+            grounded: true,
+            score: 0.75,
+            unsupported_claims: Vec::new(),
+        })
+    }
+}
+
+const CITING: &str = r#"
+rag:
+  collections:
+    kb: { sources: [kb/faq.md] }
+agents:
+  researcher: { role: Researcher, goal: Find facts, knowledge: [kb] }
+  writer: { role: Writer, goal: Write, knowledge: [kb] }
+tasks:
+  - { name: research, agent: researcher, description: Research, expected_output: Facts }
+  - { name: write, agent: writer, description: Write, expected_output: Text, context: [research] }
+"#;
+
+fn completed(events: &[RunEvent]) -> Vec<TaskOutput> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::TaskCompleted { output } => Some(output.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_marker_that_resolves_to_nothing_is_removed_and_the_required_task_degrades() {
+    let runner = Arc::new(PassageRunner::new(&[
+        ("research", "Refunds take five days [9].", &["a", "b"]),
+        ("write", "Customers wait five days [1].", &["a"]),
+    ]));
+    let h = harness(CITING, &[], runner, None);
+    let result = run_process(h.ctx).await;
+
+    let outputs = completed(&h.sink.events());
+    assert_eq!(outputs[0].output, "Refunds take five days.");
+    assert!(outputs[0].citations.is_empty(), "no citation is kept");
+    assert_eq!(outputs[0].dangling_markers, vec![9]);
+    assert!(outputs[0].uncited);
+    let reason = outputs[0].degraded.clone().expect("degraded");
+    assert!(
+        reason.contains("[9]") && reason.contains("citations: required"),
+        "{reason}"
+    );
+    // The run goes on (on_degraded: continue) and ends degraded with the task's reason.
+    assert_eq!(outputs[1].citations.len(), 1);
+    assert_eq!(result.status, RunStatus::Degraded);
+    assert_eq!(result.reason.as_deref(), Some(reason.as_str()));
+    assert_eq!(result.outputs[0].output, "Refunds take five days.");
+}
+
+#[tokio::test]
+async fn an_uncited_answer_degrades_a_required_task_and_fails_the_run_under_on_degraded_fail() {
+    let runner = Arc::new(PassageRunner::new(&[
+        ("research", "Refunds take five days.", &["a"]),
+        ("write", "unused", &[]),
+    ]));
+    let yaml = format!("{CITING}on_degraded: fail\n");
+    let h = harness(&yaml, &[], runner.clone(), None);
+    let result = run_process(h.ctx).await;
+    assert_eq!(result.status, RunStatus::Failed);
+    let reason = result.reason.unwrap();
+    assert!(reason.contains("cites none of its passages"), "{reason}");
+    assert!(reason.ends_with("(on_degraded: fail)"), "{reason}");
+    let outputs = completed(&h.sink.events());
+    assert_eq!(
+        outputs.len(),
+        1,
+        "the evidence is recorded before the run stops"
+    );
+    assert!(outputs[0].uncited && outputs[0].citations.is_empty());
+    assert_eq!(runner.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn citations_optional_records_uncited_output_without_degrading() {
+    let runner = Arc::new(PassageRunner::new(&[
+        ("research", "Refunds take five days.", &["a"]),
+        ("write", "Nothing cited here.", &["a"]),
+    ]));
+    // Crew-wide optional, and a task-level override back to required is honoured too.
+    let yaml = format!("{CITING}citations: optional\n");
+    let h = harness(&yaml, &[], runner, None);
+    let result = run_process(h.ctx).await;
+    assert_eq!(result.status, RunStatus::Finished, "{:?}", result.reason);
+    let outputs = completed(&h.sink.events());
+    assert!(outputs.iter().all(|o| o.uncited && o.degraded.is_none()));
+
+    let yaml = CITING.replace(
+        "expected_output: Text, context: [research] }",
+        "expected_output: Text, context: [research], citations: required }",
+    ) + "citations: optional\n";
+    let runner = Arc::new(PassageRunner::new(&[
+        ("research", "Refunds take five days.", &["a"]),
+        ("write", "Nothing cited here.", &["a"]),
+    ]));
+    let h = harness(&yaml, &[], runner, None);
+    let result = run_process(h.ctx).await;
+    assert_eq!(result.status, RunStatus::Degraded);
+    assert!(result.reason.unwrap().starts_with("task 'write'"));
+}
+
+#[tokio::test]
+async fn one_marker_means_one_passage_across_the_run() {
+    // The researcher gets a, b, c as [1] [2] [3]; the writer's block is numbered 1..2 by
+    // its service (c, d): c keeps the run's [3], d becomes [4]. The writer cites [2] from the
+    // researcher's output (context) and its own d as [2] in block numbering.
+    let runner = Arc::new(PassageRunner::new(&[
+        ("research", "A [1]. C [3].", &["a", "b", "c"]),
+        ("write", "From research [3]. New [2].", &["c", "d"]),
+    ]));
+    let groundedness = Arc::new(RecordingGroundedness::default());
+    let mut h = harness(CITING, &[], runner.clone(), None);
+    h.ctx.groundedness = Some(groundedness.clone());
+    let ledger = h.ctx.ledger.clone();
+    let result = run_process(h.ctx).await;
+    assert_eq!(result.status, RunStatus::Finished, "{:?}", result.reason);
+
+    // The writer was handed the run's ledger so far.
+    let seen = runner.seen.lock().unwrap().clone();
+    assert!(seen[0].run_passages.is_empty());
+    let ids: Vec<(u32, &str)> = seen[1]
+        .run_passages
+        .iter()
+        .map(|p| (p.marker, p.chunk_id.as_str()))
+        .collect();
+    assert_eq!(ids, [(1, "a"), (2, "b"), (3, "c")]);
+
+    // Block-local [1] (c) and [2] (d) of the writer were mapped onto [3] and [4].
+    let outputs = completed(&h.sink.events());
+    assert_eq!(outputs[1].output, "From research [3]. New [4].");
+    let cited: Vec<(u32, &str)> = outputs[1]
+        .citations
+        .iter()
+        .map(|c| (c.marker, c.chunk_id.as_str()))
+        .collect();
+    assert_eq!(cited, [(3, "c"), (4, "d")]);
+    // [3] in the researcher's output is the same passage as [3] in the writer's.
+    assert_eq!(outputs[0].citations[1].chunk_id, "c");
+    assert_eq!(outputs[0].citations[1].marker, 3);
+    assert_eq!(ledger.lock().unwrap().len(), 4);
+
+    // Retrieval events carry the passages under run markers and the traces.
+    let retrievals: Vec<(Vec<u32>, usize)> = h
+        .sink
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::Retrieval {
+                citations, trace, ..
+            } => Some((citations.iter().map(|c| c.marker).collect(), trace.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retrievals, [(vec![1, 2, 3], 1), (vec![3, 4], 1)]);
+
+    // Groundedness scored every cited output against its cited passages.
+    let checks = groundedness.0.lock().unwrap().clone();
+    assert_eq!(
+        checks,
+        [
+            ("A [1]. C [3].".to_string(), vec![1, 3]),
+            ("From research [3]. New [4].".to_string(), vec![3, 4]),
+        ]
+    );
+    assert_eq!(outputs[1].groundedness.as_ref().unwrap().score, 0.75);
+}
+
+#[test]
+fn task_completed_events_stored_before_citation_facts_still_decode() {
+    let old = r#"{"type":"task_completed","output":{"task":"t","agent":"a","output":"x [1]","citations":[],"model":"extractive"}}"#;
+    let event: RunEvent = serde_json::from_str(old).unwrap();
+    let RunEvent::TaskCompleted { output } = event else {
+        panic!("decoded as another event");
+    };
+    assert!(!output.uncited && output.dangling_markers.is_empty() && output.groundedness.is_none());
+    let old = r#"{"type":"retrieval","task":"t","agent":"a","citations":[]}"#;
+    assert!(matches!(
+        serde_json::from_str::<RunEvent>(old).unwrap(),
+        RunEvent::Retrieval { trace, .. } if trace.is_empty()
+    ));
 }

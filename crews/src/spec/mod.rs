@@ -27,6 +27,7 @@
 //!     description: "Answer the customer: {{ inputs.question }}"
 //!     expected_output: A short answer with [n] citations
 //!     context: [earlier_task]      # optional: outputs of these tasks are given to this one
+//!     citations: required          # optional: required | optional (overrides the crew's)
 //! graph:                   # required for `process: graph`, refused otherwise
 //!   start: draft
 //!   edges:                 # first matching edge (in file order) wins
@@ -36,7 +37,10 @@
 //!   max_iterations: 10     # node executions in total (default 10)
 //!   max_seconds: 300       # wall-clock budget of the whole graph (default 300)
 //! kickoff: { on_load: false, inputs: { question: "..." } }   # optional
-//! on_degraded: continue    # continue (default) | fail — a declared collection is empty/failed
+//! on_degraded: continue    # continue (default) | fail — a declared collection is empty/failed,
+//!                          # or a `citations: required` task cited nothing
+//! citations: required      # optional: required | optional; default: required for tasks whose
+//!                          # agent has `knowledge:`, optional for the others
 //! ```
 //!
 //! Rules checked at parse time (each failure is a [`SpecError`] with the file, line and
@@ -120,6 +124,26 @@ pub enum DegradedPolicy {
     Fail,
 }
 
+/// Whether a task's output must cite the passages it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CitationPolicy {
+    /// An output that cites nothing (or only markers that resolve to nothing) makes the task
+    /// `degraded`; `on_degraded` then decides whether the run goes on.
+    Required,
+    /// Citations are checked and recorded, never enforced.
+    Optional,
+}
+
+impl fmt::Display for CitationPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CitationPolicy::Required => "required",
+            CitationPolicy::Optional => "optional",
+        })
+    }
+}
+
 /// One validated crew file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CrewSpec {
@@ -143,6 +167,9 @@ pub struct CrewSpec {
     pub graph: Option<GraphSpec>,
     pub kickoff: KickoffSpec,
     pub on_degraded: DegradedPolicy,
+    /// The crew's `citations:` (tasks may override it); `None`: by agent (see
+    /// [`CrewSpec::citation_policy`]).
+    pub citations: Option<CitationPolicy>,
 }
 
 /// The manager of a hierarchical crew.
@@ -209,6 +236,8 @@ pub struct TaskSpec {
     pub expected_output: String,
     /// Tasks whose outputs this task receives; `None` means "the previous task's output".
     pub context: Option<Vec<String>>,
+    /// The task's `citations:`; `None`: the crew's, else by agent.
+    pub citations: Option<CitationPolicy>,
 }
 
 /// The `graph:` block of a `process: graph` crew.
@@ -316,6 +345,18 @@ impl CrewSpec {
     /// The task called `name`.
     pub fn task(&self, name: &str) -> Option<&TaskSpec> {
         self.tasks.iter().find(|t| t.name == name)
+    }
+
+    /// The citation policy of `task` performed by `agent`: the task's `citations:`, else the
+    /// crew's, else `required` when the agent has `knowledge:` and `optional` otherwise.
+    pub fn citation_policy(&self, task: &TaskSpec, agent: &AgentSpec) -> CitationPolicy {
+        task.citations.or(self.citations).unwrap_or({
+            if agent.knowledge.is_empty() {
+                CitationPolicy::Optional
+            } else {
+                CitationPolicy::Required
+            }
+        })
     }
 
     /// Every `{{ inputs.NAME }}` used by a task description or expected output.

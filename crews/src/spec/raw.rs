@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
-use super::{DegradedPolicy, ProcessKind};
+use super::{CitationPolicy, DegradedPolicy, ProcessKind};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +27,7 @@ pub(super) struct RawCrew {
     pub graph: Option<Spanned<RawGraph>>,
     pub kickoff: Option<RawKickoff>,
     pub on_degraded: Option<DegradedPolicy>,
+    pub citations: Option<CitationPolicy>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,6 +70,7 @@ pub(super) struct RawTask {
     pub description: Spanned<String>,
     pub expected_output: Spanned<String>,
     pub context: Option<Vec<Spanned<String>>>,
+    pub citations: Option<CitationPolicy>,
 }
 
 #[derive(Debug, Deserialize)]

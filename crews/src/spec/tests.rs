@@ -600,3 +600,53 @@ fn empty_file_is_refused_clearly() {
         assert!(err.hint.as_deref().unwrap().contains("agents:"), "{err}");
     }
 }
+
+#[test]
+fn citations_policy_defaults_by_agent_and_is_overridable_per_crew_and_task() {
+    let spec = parse(SUPPORT).unwrap();
+    assert_eq!(spec.citations, None);
+    let policy = |spec: &CrewSpec, task: &str| {
+        let task = spec.task(task).unwrap();
+        spec.citation_policy(task, spec.agent(&task.agent).unwrap())
+    };
+    assert_eq!(
+        policy(&spec, "answer"),
+        CitationPolicy::Required,
+        "agent has knowledge"
+    );
+    assert_eq!(
+        policy(&spec, "review"),
+        CitationPolicy::Optional,
+        "agent has none"
+    );
+
+    let text = format!("{SUPPORT}citations: optional\n");
+    let spec = parse(&text).unwrap();
+    assert_eq!(policy(&spec, "answer"), CitationPolicy::Optional);
+
+    let text = format!("{SUPPORT}citations: optional\n").replace(
+        "    context: [answer]\n",
+        "    context: [answer]\n    citations: required\n",
+    );
+    let spec = parse(&text).unwrap();
+    assert_eq!(policy(&spec, "review"), CitationPolicy::Required);
+    assert_eq!(policy(&spec, "answer"), CitationPolicy::Optional);
+}
+
+#[test]
+fn rejects_unknown_citations_values_and_misspelt_keys() {
+    let text = format!("{SUPPORT}citations: requird\n");
+    let err = parse_err(&text);
+    assert!(err.message.contains("unknown value 'requird'"), "{err}");
+    assert_eq!(err.hint.as_deref(), Some("did you mean 'required'?"));
+    assert_at(&err, &text, "requird", 0);
+
+    let text = SUPPORT.replace(
+        "    context: [answer]\n",
+        "    context: [answer]\n    citation: optional\n",
+    );
+    let err = parse_err(&text);
+    assert!(err.message.contains("unknown field 'citation'"), "{err}");
+    assert_eq!(err.hint.as_deref(), Some("did you mean 'citations'?"));
+    assert_at(&err, &text, "citation:", 0);
+}

@@ -278,6 +278,7 @@ pub(super) fn validate(raw: RawCrew, file: &Path) -> Result<CrewSpec, SpecError>
         graph,
         kickoff,
         on_degraded: raw.on_degraded.unwrap_or_default(),
+        citations: raw.citations,
     })
 }
 
@@ -483,6 +484,7 @@ fn task_specs(
             description,
             expected_output: task.expected_output.value.clone(),
             context,
+            citations: task.citations,
         });
     }
     Ok(specs)

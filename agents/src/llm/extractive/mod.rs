@@ -9,6 +9,7 @@ pub mod grounded_prompt;
 use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
+use orkeon_crews::citations::neutralise_markers;
 use orkeon_crews::ports::{ChatError, ChatModel, ChatRequest, ChatResponse, Role, Usage};
 use orkeon_crews::text::content_word_set;
 use unicode_segmentation::UnicodeSegmentation;
@@ -42,9 +43,12 @@ impl ExtractiveModel {
         if selected.is_empty() {
             return NO_CONTEXT_ANSWER.to_owned();
         }
+        // A quoted sentence may carry bracketed references of its own ("as shown in
+        // [14]"); written as they are, they would read as our markers and cite passages
+        // that do not exist. Only the marker the model adds cites.
         selected
             .iter()
-            .map(|s| format!("{} [{}]", s.text, s.marker))
+            .map(|s| format!("{} [{}]", neutralise_markers(&s.text), s.marker))
             .collect::<Vec<_>>()
             .join(" ")
     }
@@ -277,6 +281,23 @@ Question: How many days do customers have to request a refund?";
             model(2).answer(prompt),
             "The warranty lasts two years. [1] A warranty claim needs the receipt. [3]"
         );
+    }
+
+    #[test]
+    fn bracketed_references_in_quoted_text_never_become_markers() {
+        // Scientific abstracts cite their own references as [14]; the prompt has 2 passages.
+        let prompt = "Context:\n\
+[1] (source: pubmed/1.txt) Statins lower LDL cholesterol by a third [14]. Adherence falls after a year [3, 22].\n\
+[2] (source: pubmed/2.txt) Exercise lowers blood pressure.\n\n\
+Question: Do statins lower LDL cholesterol, and what about adherence?";
+        let answer = model(2).answer(prompt);
+        assert_eq!(
+            answer,
+            "Statins lower LDL cholesterol by a third (14). [1] \
+             Adherence falls after a year (3, 22). [1]"
+        );
+        let markers = crate::citations::cited_markers(&answer);
+        assert_eq!(markers.into_iter().collect::<Vec<_>>(), vec![1]);
     }
 
     #[tokio::test]
