@@ -13,8 +13,8 @@ use serde_json::json;
 pub const RAG_SEARCH: &str = "rag_search";
 pub const RAG_INGEST: &str = "rag_ingest";
 pub const RAG_EVAL: &str = "rag_eval";
-/// Every tool name an agent may list.
-pub const KNOWN_TOOLS: &[&str] = &[RAG_SEARCH, RAG_INGEST, RAG_EVAL];
+/// Every tool name an agent may list: the crew schema's one list.
+pub use orkeon_crews::spec::KNOWN_TOOLS;
 
 /// The answer of `rag_eval` on a host that registered no [`EvalTool`].
 pub const EVAL_UNAVAILABLE: &str = "rag_eval: evaluation is not available in this host (no \
@@ -313,6 +313,17 @@ mod tests {
         assert_eq!(specs[0].parameters["required"], json!(["query"]));
         let err = tool_specs(&["web_search".into()]).unwrap_err();
         assert!(err.contains("web_search") && err.contains("rag_search, rag_ingest, rag_eval"));
+    }
+
+    #[test]
+    fn every_tool_this_module_serves_is_in_the_schemas_one_list() {
+        for name in [RAG_SEARCH, RAG_INGEST, RAG_EVAL] {
+            assert!(KNOWN_TOOLS.contains(&name), "{name}");
+            assert!(tool_spec(name).is_ok(), "{name}");
+        }
+        for name in KNOWN_TOOLS {
+            assert!(tool_spec(name).is_ok(), "{name} has no spec");
+        }
     }
 
     #[test]
