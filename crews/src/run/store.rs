@@ -36,6 +36,28 @@ pub struct RunRecord {
     pub last_seq: u64,
 }
 
+impl RunRecord {
+    /// The run's next event: the next sequence number (recorded in `last_seq`), stamped now.
+    /// Every store's `append` numbers events through this.
+    pub fn next_event(&mut self, event: RunEvent) -> StoredEvent {
+        self.last_seq += 1;
+        StoredEvent {
+            run_id: self.run_id.clone(),
+            seq: self.last_seq,
+            at: now(),
+            event,
+        }
+    }
+
+    /// Records the run's end, stamped now. Every store's `finish` ends runs through this.
+    pub fn end(&mut self, state: RunStatus, reason: Option<String>, final_output: Option<String>) {
+        self.state = state;
+        self.reason = reason;
+        self.final_output = final_output;
+        self.finished_at = Some(now());
+    }
+}
+
 /// One stored event: its sequence number (1-based, per run), time, and the event (stored as
 /// its serde-tagged JSON: `{"type": "task_started", …}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,13 +223,7 @@ impl RunStore for MemoryRunStore {
             .runs
             .get_mut(run_id)
             .ok_or_else(|| RunStoreError::UnknownRun(run_id.to_string()))?;
-        run.last_seq += 1;
-        let stored = StoredEvent {
-            run_id: run_id.to_string(),
-            seq: run.last_seq,
-            at: now(),
-            event,
-        };
+        let stored = run.next_event(event);
         inner
             .events
             .entry(run_id.to_string())
@@ -228,10 +244,7 @@ impl RunStore for MemoryRunStore {
             .runs
             .get_mut(run_id)
             .ok_or_else(|| RunStoreError::UnknownRun(run_id.to_string()))?;
-        run.state = state;
-        run.reason = reason;
-        run.final_output = final_output;
-        run.finished_at = Some(now());
+        run.end(state, reason, final_output);
         Ok(run.clone())
     }
 

@@ -5,7 +5,7 @@
 //! before returning, so after a crash a key always resolves to its run. `append` writes the event
 //! and the record's new `last_seq` in one transaction and flushes.
 
-use orkeon_crews::run::store::{RunRecord, RunStore, RunStoreError, StoredEvent, now};
+use orkeon_crews::run::store::{RunRecord, RunStore, RunStoreError, StoredEvent};
 use orkeon_crews::run::{RunEvent, RunStatus};
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
@@ -140,13 +140,7 @@ impl RunStore for SledRunStore {
     fn append(&self, run_id: &str, event: RunEvent) -> Result<StoredEvent, RunStoreError> {
         let _guard = self.guard();
         let mut run = self.get(run_id)?;
-        run.last_seq += 1;
-        let stored = StoredEvent {
-            run_id: run_id.to_string(),
-            seq: run.last_seq,
-            at: now(),
-            event,
-        };
+        let stored = run.next_event(event);
         let event_bytes = encode(&stored)?;
         let run_bytes = encode(&run)?;
         (&self.runs, &self.events)
@@ -169,10 +163,7 @@ impl RunStore for SledRunStore {
     ) -> Result<RunRecord, RunStoreError> {
         let _guard = self.guard();
         let mut run = self.get(run_id)?;
-        run.state = state;
-        run.reason = reason;
-        run.final_output = final_output;
-        run.finished_at = Some(now());
+        run.end(state, reason, final_output);
         self.put(&run)?;
         Ok(run)
     }
