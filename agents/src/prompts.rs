@@ -246,8 +246,11 @@ mod tests {
                 role: "Support agent".into(),
                 goal: "Answer from the knowledge base".into(),
                 backstory: Some("Ten years on the help desk.".into()),
-                knowledge: vec!["product-kb".into()],
+                knowledge: vec![orkeon_crews::ports::KnowledgeAttachment::named(
+                    "product-kb",
+                )],
                 tools: vec![],
+                max_passages: None,
             },
             task_name: "answer".into(),
             description: "Answer the customer: how long do refunds take?".into(),

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use orkeon_crews::ports::{
-    ChatMessage, ChatModel, ChatRequest, KnowledgeBlock, KnowledgeCitation, KnowledgeService, Role,
-    TaskAssignment, TaskError, TaskOutput, TaskRunner,
+    AugmentRequest, ChatMessage, ChatModel, ChatRequest, KnowledgeBlock, KnowledgeCitation,
+    KnowledgeService, Role, TaskAssignment, TaskError, TaskOutput, TaskRunner,
 };
 
 use crate::citations::CitationLedger;
@@ -51,7 +51,8 @@ impl AgentTaskRunner {
         }
     }
 
-    /// Passages in the knowledge block (and the default of `rag_search`), at least one.
+    /// Passages in the knowledge block of agents that set no `max_passages` (and the default of
+    /// `rag_search`), at least one.
     pub fn with_max_passages(mut self, n: usize) -> Self {
         self.max_passages = n.max(1);
         self
@@ -85,7 +86,7 @@ impl AgentTaskRunner {
         let Some(service) = self.knowledge.as_ref() else {
             tracing::warn!(
                 agent = %a.agent.name,
-                collections = ?a.agent.knowledge,
+                collections = ?a.agent.collections(),
                 "agent has knowledge attached but this host has no knowledge service; running without it"
             );
             return Ok(None);
@@ -95,9 +96,12 @@ impl AgentTaskRunner {
         } else {
             format!("{}\n{}", a.description, a.expected_output)
         };
-        let block = service
-            .augment(&a.agent.knowledge, &query, self.max_passages)
-            .await?;
+        let request = AugmentRequest {
+            attachments: a.agent.knowledge.clone(),
+            query,
+            max_passages: a.agent.max_passages.unwrap_or(self.max_passages).max(1),
+        };
+        let block = service.augment(&request).await?;
         tracing::debug!(
             run_id = %a.run_id,
             agent = %a.agent.name,
@@ -173,7 +177,7 @@ impl TaskRunner for AgentTaskRunner {
                 let executor = ToolExecutor {
                     knowledge: self.knowledge.clone(),
                     eval: self.eval.clone(),
-                    attached_collections: a.agent.knowledge.clone(),
+                    attachments: a.agent.knowledge.clone(),
                     default_max_passages: self.max_passages,
                     ingest_base_dir: self.ingest_base_dir.clone(),
                     // Passages are renumbered into the run's ledger below.
@@ -236,7 +240,8 @@ mod tests {
     use std::sync::Mutex;
 
     use orkeon_crews::ports::{
-        AgentProfile, CollectionRequest, CollectionState, CollectionStatus, KnowledgeError,
+        AgentProfile, CollectionRequest, CollectionState, CollectionStatus, KnowledgeAttachment,
+        KnowledgeError,
     };
     use orkeon_testkit::{ScriptReply, ScriptRule, ScriptedLlmServer};
     use serde_json::json;
@@ -298,10 +303,14 @@ mod tests {
 
         async fn augment(
             &self,
-            collections: &[String],
-            query: &str,
-            max_passages: usize,
+            request: &AugmentRequest,
         ) -> Result<KnowledgeBlock, KnowledgeError> {
+            let collections: Vec<String> = request
+                .attachments
+                .iter()
+                .map(|a| a.collection.clone())
+                .collect();
+            let (query, max_passages) = (request.query.as_str(), request.max_passages);
             self.augment_calls.lock().unwrap().push((
                 collections.to_vec(),
                 query.to_owned(),
@@ -375,8 +384,9 @@ mod tests {
                 role: "Support agent".into(),
                 goal: "Answer from the knowledge base".into(),
                 backstory: None,
-                knowledge: vec!["product-kb".into()],
+                knowledge: vec![KnowledgeAttachment::named("product-kb")],
                 tools: tools.iter().map(|t| t.to_string()).collect(),
+                max_passages: None,
             },
             task_name: "answer".into(),
             description: "How many days do customers have to request a refund?".into(),
@@ -440,6 +450,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_agents_max_passages_sizes_its_block() {
+        let kb = product_kb();
+        let runner = AgentTaskRunner::new(
+            Arc::new(ExtractiveModel::default()),
+            Some(kb.clone() as Arc<dyn KnowledgeService>),
+            templates(),
+        )
+        .with_max_passages(6);
+        let mut a = assignment(&[]);
+        a.agent.max_passages = Some(1);
+        runner.run_task(a).await.unwrap();
+        // Without one, the runner's default applies.
+        runner.run_task(assignment(&[])).await.unwrap();
+        let sizes: Vec<usize> = kb
+            .augment_calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.2)
+            .collect();
+        assert_eq!(sizes, [1, 6]);
+    }
+
+    #[tokio::test]
     async fn without_attached_knowledge_nothing_is_retrieved() {
         let kb = product_kb();
         let runner = AgentTaskRunner::new(
@@ -463,7 +497,7 @@ mod tests {
             templates(),
         );
         let mut a = assignment(&[]);
-        a.agent.knowledge = vec!["missing-kb".into()];
+        a.agent.knowledge = vec![KnowledgeAttachment::named("missing-kb")];
         let err = runner.run_task(a).await.unwrap_err();
         assert!(matches!(err, TaskError::Knowledge(_)), "{err:?}");
         assert!(err.to_string().contains("missing-kb"), "{err}");
@@ -625,7 +659,11 @@ mod tests {
         // passage keeps its [1].
         let kb = product_kb();
         let warranty = kb
-            .augment(&["product-kb".into()], "warranty defects years", 1)
+            .augment(&AugmentRequest {
+                attachments: vec![KnowledgeAttachment::named("product-kb")],
+                query: "warranty defects years".into(),
+                max_passages: 1,
+            })
             .await
             .unwrap()
             .citations

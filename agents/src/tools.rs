@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use orkeon_crews::ports::{CollectionRequest, KnowledgeBlock, KnowledgeService, ToolSpec};
+use orkeon_crews::ports::{
+    AugmentRequest, CollectionRequest, KnowledgeAttachment, KnowledgeBlock, KnowledgeService,
+    ToolSpec,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -149,8 +152,8 @@ impl ToolResult {
 pub struct ToolExecutor {
     pub knowledge: Option<Arc<dyn KnowledgeService>>,
     pub eval: Option<Arc<dyn EvalTool>>,
-    /// The agent's attached collections (the default of `rag_search`).
-    pub attached_collections: Vec<String>,
+    /// The agent's knowledge attachments (the default of `rag_search`; their profiles apply).
+    pub attachments: Vec<KnowledgeAttachment>,
     pub default_max_passages: usize,
     /// Folder relative `rag_ingest` sources resolve against.
     pub ingest_base_dir: PathBuf,
@@ -190,7 +193,10 @@ impl ToolExecutor {
             return Err("rag_search: `query` is empty; say what to search for".to_owned());
         }
         let collections = if args.collections.is_empty() {
-            self.attached_collections.clone()
+            self.attachments
+                .iter()
+                .map(|a| a.collection.clone())
+                .collect()
         } else {
             args.collections
         };
@@ -205,8 +211,22 @@ impl ToolExecutor {
             .unwrap_or(self.default_max_passages)
             .clamp(1, 20);
         let service = self.service(RAG_SEARCH)?;
+        let request = AugmentRequest {
+            attachments: collections
+                .iter()
+                .map(|name| {
+                    self.attachments
+                        .iter()
+                        .find(|a| &a.collection == name)
+                        .cloned()
+                        .unwrap_or_else(|| KnowledgeAttachment::named(name.clone()))
+                })
+                .collect(),
+            query: args.query.clone(),
+            max_passages,
+        };
         let block = service
-            .augment(&collections, &args.query, max_passages)
+            .augment(&request)
             .await
             .map_err(|e| format!("rag_search over {}: {e}", collections.join(", ")))?;
         let block = offset_markers(block, self.marker_offset);
@@ -356,7 +376,7 @@ mod tests {
         let executor = ToolExecutor {
             knowledge: None,
             eval: None,
-            attached_collections: vec![],
+            attachments: vec![],
             default_max_passages: 4,
             ingest_base_dir: PathBuf::from("."),
             marker_offset: 0,
@@ -389,7 +409,7 @@ mod tests {
         let executor = ToolExecutor {
             knowledge: None,
             eval: Some(Arc::new(FixedReportEval)),
-            attached_collections: vec![],
+            attachments: vec![],
             default_max_passages: 4,
             ingest_base_dir: PathBuf::from("."),
             marker_offset: 0,

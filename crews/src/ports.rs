@@ -223,7 +223,7 @@ pub enum KnowledgeError {
     },
     /// The profile cannot stop before generation, so it cannot fill a context block.
     #[error(
-        "profile '{profile}' cannot retrieve without generation; choose fast, balanced or quality for crews"
+        "profile '{profile}' cannot retrieve without generation, so it cannot fill a knowledge block; choose another profile for this attachment"
     )]
     RetrievalOnlyUnsupported { profile: String },
     /// Retrieval from one collection failed.
@@ -248,13 +248,43 @@ pub trait KnowledgeService: Send + Sync {
         collections: Vec<CollectionRequest>,
     ) -> Result<Vec<CollectionStatus>, KnowledgeError>;
 
-    /// Retrieves from the attached collections (no LLM call) and numbers the passages.
-    async fn augment(
-        &self,
-        collections: &[String],
-        query: &str,
-        max_passages: usize,
-    ) -> Result<KnowledgeBlock, KnowledgeError>;
+    /// Retrieves from the attached collections (no LLM call for generation) and numbers the
+    /// passages.
+    async fn augment(&self, request: &AugmentRequest) -> Result<KnowledgeBlock, KnowledgeError>;
+}
+
+/// One `knowledge:` attachment of an agent: a collection, the profile its lookups use and how
+/// many passages it may contribute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnowledgeAttachment {
+    pub collection: String,
+    /// The effective profile (attachment, else collection, else crew); `None`: the host's
+    /// default profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Passages this collection may contribute; `None`: up to the block's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_passages: Option<usize>,
+}
+
+impl KnowledgeAttachment {
+    /// An attachment by name only (the host's profile, no per-collection cap).
+    pub fn named(collection: impl Into<String>) -> Self {
+        Self {
+            collection: collection.into(),
+            profile: None,
+            max_passages: None,
+        }
+    }
+}
+
+/// One knowledge lookup: a query against an agent's attachments, for a block of at most
+/// `max_passages` passages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AugmentRequest {
+    pub attachments: Vec<KnowledgeAttachment>,
+    pub query: String,
+    pub max_passages: usize,
 }
 
 /// What an agent is (from the crew file).
@@ -264,8 +294,26 @@ pub struct AgentProfile {
     pub role: String,
     pub goal: String,
     pub backstory: Option<String>,
-    pub knowledge: Vec<String>,
+    pub knowledge: Vec<KnowledgeAttachment>,
     pub tools: Vec<String>,
+    /// Passages in the agent's knowledge block; `None`: the runner's default.
+    #[serde(default)]
+    pub max_passages: Option<usize>,
+}
+
+impl AgentProfile {
+    /// Whether the agent is attached to `collection`.
+    pub fn is_attached(&self, collection: &str) -> bool {
+        self.knowledge.iter().any(|k| k.collection == collection)
+    }
+
+    /// The attached collection names, in file order.
+    pub fn collections(&self) -> Vec<String> {
+        self.knowledge
+            .iter()
+            .map(|k| k.collection.clone())
+            .collect()
+    }
 }
 
 /// The output of an earlier task, offered as context to later ones.

@@ -172,7 +172,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Crew { server, command } => {
             let api = RemoteCrews::new(Connection::new(server, &config));
             match command {
-                CrewCommand::Check { file } => crew_cmd::check(file, &out).await,
+                CrewCommand::Check { file } => crew_cmd::check(file, &config, &out).await,
                 CrewCommand::Run { file, inputs } => {
                     crew_cmd::run(file, inputs, config, &out).await
                 }

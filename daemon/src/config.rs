@@ -122,6 +122,11 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
     /// Longest a unary gRPC call may take, in seconds (streams are not cut).
     pub request_timeout_secs: u64,
+    /// Knowledge retrievals for agents (knowledge blocks, `rag_search`) running at once across
+    /// all runs; later ones wait for a slot.
+    pub max_concurrent_retrievals: usize,
+    /// Longest one agent retrieval may take, waiting for a slot included, in seconds.
+    pub retrieval_timeout_secs: u64,
 }
 
 impl Default for Limits {
@@ -134,6 +139,8 @@ impl Default for Limits {
             max_queued_runs: 256,
             max_concurrent_requests: 64,
             request_timeout_secs: 900,
+            max_concurrent_retrievals: 8,
+            retrieval_timeout_secs: 300,
         }
     }
 }

@@ -442,9 +442,7 @@ mod tests {
 
         async fn augment(
             &self,
-            _collections: &[String],
-            _query: &str,
-            _max_passages: usize,
+            _request: &orkeon_crews::ports::AugmentRequest,
         ) -> Result<KnowledgeBlock, KnowledgeError> {
             Ok(KnowledgeBlock::default())
         }

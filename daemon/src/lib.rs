@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
+pub mod crew_checks;
 pub mod engine;
 pub mod grpc;
 pub mod knowledge_host;

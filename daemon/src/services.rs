@@ -1,5 +1,5 @@
 //! Assembles one process's services from the configuration: the knowledge host, the profile
-//! resolver, the run store, the augmenter actor, the crew engine and the application layer
+//! resolver, the run store, the augmenter, the crew engine and the application layer
 //! over them. Used by the daemon, by `orkeon crew run` and by the gRPC server.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use orkeon_knowledge::crew_groundedness::CrewGroundedness;
 use orkeon_knowledge::crew_knowledge::{CollectionGates, CrewKnowledge};
 use orkeon_knowledge::query::{HeuristicGroundednessChecker, ProfileResolver};
 
-use crate::actors::AugmenterHandle;
+use crate::actors::Augmenter;
 use crate::config::Config;
 use crate::engine::{CrewEngine, RunLimits};
 use crate::knowledge_host::KnowledgeHost;
@@ -26,7 +26,7 @@ pub struct Services {
     pub resolver: Arc<ProfileResolver>,
     /// Crews' knowledge (bootstrap and augmentation).
     pub knowledge: Arc<CrewKnowledge>,
-    pub augmenter: Arc<AugmenterHandle>,
+    pub augmenter: Arc<Augmenter>,
     pub registry: Arc<CrewRegistry>,
     pub runs: Arc<Runs>,
     pub engine: Arc<CrewEngine>,
@@ -61,9 +61,11 @@ impl Services {
             config.rag.profile.clone(),
             gates.clone(),
         ));
-        let (augmenter, _handle) =
-            AugmenterHandle::spawn(knowledge.clone() as Arc<dyn KnowledgeService>).await?;
-        let augmenter = Arc::new(augmenter);
+        let augmenter = Arc::new(Augmenter::new(
+            knowledge.clone() as Arc<dyn KnowledgeService>,
+            config.limits.max_concurrent_retrievals,
+            std::time::Duration::from_secs(config.limits.retrieval_timeout_secs),
+        ));
         let templates = Arc::new(
             PromptTemplates::load(config.prompts_dir.as_deref())
                 .context("cannot load prompt templates")?,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use orkeon_crews::ports::{CollectionRequest, KnowledgeService};
-use orkeon_crews::spec::{CrewSpec, parse_crew_file};
+use orkeon_crews::spec::{CrewSpec, SettingsChecks, parse_crew_file_checked};
 use tokio::sync::mpsc;
 
 use crate::engine::CrewEngine;
@@ -70,6 +70,7 @@ impl CrewsWatcher {
         dir: PathBuf,
         engine: Arc<CrewEngine>,
         sources: Arc<SourceWatcher>,
+        checks: Arc<dyn SettingsChecks + Send + Sync>,
         delay: Duration,
     ) -> anyhow::Result<Self> {
         let dir = std::fs::canonicalize(&dir)
@@ -80,7 +81,7 @@ impl CrewsWatcher {
             .collect();
         initial.sort();
         for path in &initial {
-            load(path, &engine, &sources);
+            load(path, &engine, &sources, checks.as_ref());
         }
         let (mut debouncer, mut rx) = debouncer(delay)?;
         debouncer.watch(&dir, RecursiveMode::NonRecursive)?;
@@ -91,7 +92,7 @@ impl CrewsWatcher {
                     paths.into_iter().filter(|p| is_crew_file(p)).collect();
                 for path in unique {
                     if path.exists() {
-                        load(&path, &engine, &sources);
+                        load(&path, &engine, &sources, checks.as_ref());
                     } else if let Some(Change::Removed(name)) = engine.registry.remove_file(&path) {
                         tracing::info!(crew = %name, file = %path.display(), "crew removed");
                         sources.forget_crew(&name);
@@ -110,8 +111,13 @@ impl CrewsWatcher {
     }
 }
 
-fn load(path: &Path, engine: &Arc<CrewEngine>, sources: &Arc<SourceWatcher>) {
-    let parsed = parse_crew_file(path);
+fn load(
+    path: &Path,
+    engine: &Arc<CrewEngine>,
+    sources: &Arc<SourceWatcher>,
+    checks: &dyn SettingsChecks,
+) {
+    let parsed = parse_crew_file_checked(path, checks);
     let spec = parsed.as_ref().ok().cloned();
     match engine.registry.apply(path, parsed) {
         Change::Added(name) | Change::Updated(name) => {

@@ -1,8 +1,10 @@
 //! Knowledge policy for crews — the implementation of the crews' `KnowledgeService` port:
 //! kickoff-time ingestion of a crew's `rag:` collections through the incremental pipeline
 //! (each collection ends `ready`, `empty` or `failed`), and retrieval-only augmentation (no
-//! LLM call) through the configured profile: one retrieval per attached collection, merged
-//! round robin into one numbered `[n]` block in the shared prompt convention.
+//! LLM call for generation): one retrieval per attached collection, concurrently, each through
+//! the attachment's profile (the host's `rag.profile` when it names none) and capped by its
+//! `max_passages`, merged round robin into one numbered `[n]` block in the shared prompt
+//! convention.
 //!
 //! [`CollectionGates`] gives each collection a read/write gate: an ingestion (a kickoff's
 //! bootstrap, a hot reload, an API ingest or delete) holds it for writing, retrievals for
@@ -14,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use orkeon_crews::ports::{
-    CollectionRequest, CollectionState, CollectionStatus, KnowledgeBlock, KnowledgeCitation,
-    KnowledgeError, KnowledgeService, prompt_convention,
+    AugmentRequest, CollectionRequest, CollectionState, CollectionStatus, KnowledgeAttachment,
+    KnowledgeBlock, KnowledgeCitation, KnowledgeError, KnowledgeService, prompt_convention,
 };
 use serde_json::json;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
@@ -155,49 +157,73 @@ impl KnowledgeService for CrewKnowledge {
         Ok(statuses)
     }
 
-    async fn augment(
-        &self,
-        collections: &[String],
-        query: &str,
-        max_passages: usize,
-    ) -> Result<KnowledgeBlock, KnowledgeError> {
-        let pipeline =
-            self.resolver
-                .resolve(&self.profile)
-                .map_err(|e| KnowledgeError::Profile {
-                    profile: self.profile.clone(),
-                    source: Box::new(e),
-                })?;
-        let retriever =
-            pipeline
-                .retriever()
-                .ok_or_else(|| KnowledgeError::RetrievalOnlyUnsupported {
-                    profile: self.profile.clone(),
-                })?;
-        let mut per_collection = Vec::new();
-        let mut traces = Vec::new();
-        for collection in collections {
-            let _reading = self.gates.read(collection).await;
-            let answer = retriever
-                .retrieve(&RagQuery {
-                    text: query.to_string(),
-                    collection: collection.clone(),
-                    top_n: Some(max_passages),
-                })
-                .await
-                .map_err(|e| KnowledgeError::Retrieval {
-                    collection: collection.clone(),
-                    source: Box::new(e),
-                })?;
-            traces.push(json!({"collection": collection, "trace": answer.trace}));
-            per_collection.push((collection.clone(), answer.citations));
+    async fn augment(&self, request: &AugmentRequest) -> Result<KnowledgeBlock, KnowledgeError> {
+        // One retrieval per attachment, concurrently; each holds its collection's read gate.
+        let lookups = request
+            .attachments
+            .iter()
+            .map(|attachment| self.retrieve_one(attachment, &request.query, request.max_passages));
+        let answers = futures::future::try_join_all(lookups).await?;
+        let mut per_collection = Vec::with_capacity(answers.len());
+        let mut traces = Vec::with_capacity(answers.len());
+        for (collection, profile, answer) in answers {
+            traces
+                .push(json!({"collection": collection, "profile": profile, "trace": answer.trace}));
+            per_collection.push((collection, answer.citations));
         }
-        let citations = merge_round_robin(&per_collection, max_passages);
+        let citations = merge_round_robin(&per_collection, request.max_passages);
         Ok(KnowledgeBlock {
             text: render_block(&citations),
             citations,
             trace: json!(traces),
         })
+    }
+}
+
+impl CrewKnowledge {
+    /// The retrieval half of the attachment's profile (the host's default profile when the
+    /// attachment names none), for at most its own cap (and never more than the block holds).
+    async fn retrieve_one(
+        &self,
+        attachment: &KnowledgeAttachment,
+        query: &str,
+        block_size: usize,
+    ) -> Result<(String, String, crate::types::RagAnswer), KnowledgeError> {
+        let profile = attachment
+            .profile
+            .clone()
+            .unwrap_or_else(|| self.profile.clone());
+        let pipeline = self
+            .resolver
+            .resolve(&profile)
+            .map_err(|e| KnowledgeError::Profile {
+                profile: profile.clone(),
+                source: Box::new(e),
+            })?;
+        let retriever =
+            pipeline
+                .retriever()
+                .ok_or_else(|| KnowledgeError::RetrievalOnlyUnsupported {
+                    profile: profile.clone(),
+                })?;
+        let top_n = attachment
+            .max_passages
+            .map_or(block_size, |cap| cap.min(block_size))
+            .max(1);
+        let collection = attachment.collection.clone();
+        let _reading = self.gates.read(&collection).await;
+        let answer = retriever
+            .retrieve(&RagQuery {
+                text: query.to_string(),
+                collection: collection.clone(),
+                top_n: Some(top_n),
+            })
+            .await
+            .map_err(|e| KnowledgeError::Retrieval {
+                collection: collection.clone(),
+                source: Box::new(e),
+            })?;
+        Ok((collection, profile, answer))
     }
 }
 

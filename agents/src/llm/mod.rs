@@ -97,6 +97,26 @@ pub fn build_chat_model(settings: &LlmSettings) -> Result<Arc<dyn ChatModel>, Ch
     }
 }
 
+/// A problem with an `llm:` map: the key it concerns (path below `llm`; empty for the map
+/// itself), what is wrong, and the nearest valid name when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct LlmSettingsError {
+    pub path: Vec<String>,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl LlmSettingsError {
+    fn at(path: &[String], message: String) -> Self {
+        Self {
+            path: path.to_vec(),
+            message,
+            hint: None,
+        }
+    }
+}
+
 /// Overlays a crew file's free-form `llm:` map on the daemon's settings.
 ///
 /// Objects merge key by key (so `{openai: {model: x}}` keeps the daemon's base URL); any other
@@ -105,22 +125,29 @@ pub fn build_chat_model(settings: &LlmSettings) -> Result<Arc<dyn ChatModel>, Ch
 pub fn settings_with_overrides(
     base: &LlmSettings,
     overrides: &serde_json::Value,
-) -> Result<LlmSettings, String> {
+) -> Result<LlmSettings, LlmSettingsError> {
     let overrides = match overrides {
         serde_json::Value::Null => return Ok(base.clone()),
         serde_json::Value::Object(map) => map,
         other => {
-            return Err(format!(
-                "`llm` must be a map of settings (provider, openai, extractive), found {}",
-                json_kind(other)
+            return Err(LlmSettingsError::at(
+                &[],
+                format!(
+                    "`llm` must be a map of settings (provider, openai, extractive), found {}",
+                    json_kind(other)
+                ),
             ));
         }
     };
-    let base_value = serde_json::to_value(base)
-        .map_err(|e| format!("the base `llm` settings could not be serialised: {e}"))?;
+    let base_value = serde_json::to_value(base).map_err(|e| {
+        LlmSettingsError::at(
+            &[],
+            format!("the base `llm` settings could not be serialised: {e}"),
+        )
+    })?;
 
     let mut leaves = Vec::new();
-    collect_override_leaves(&base_value, overrides, "llm", &mut Vec::new(), &mut leaves)?;
+    collect_override_leaves(&base_value, overrides, &mut Vec::new(), &mut leaves)?;
 
     let mut merged = base_value.clone();
     for (path, value) in &leaves {
@@ -128,11 +155,64 @@ pub fn settings_with_overrides(
         let mut single = base_value.clone();
         set_path(&mut single, path, value.clone());
         if let Err(e) = serde_json::from_value::<LlmSettings>(single) {
-            return Err(format!("invalid value for `llm.{}`: {e}", path.join(".")));
+            return Err(LlmSettingsError::at(
+                path,
+                format!("invalid value for `llm.{}`: {e}", path.join(".")),
+            ));
         }
         set_path(&mut merged, path, value.clone());
     }
-    serde_json::from_value(merged).map_err(|e| format!("invalid `llm` settings: {e}"))
+    serde_json::from_value(merged)
+        .map_err(|e| LlmSettingsError::at(&[], format!("invalid `llm` settings: {e}")))
+}
+
+/// What `crew check` and the crews watcher ask of a crew's `llm:` map: it merges onto the
+/// daemon's settings ([`settings_with_overrides`]), names a known provider, and gives that
+/// provider what it needs (`openai`: an http(s) `base_url` and a `model`).
+pub fn check_overrides(
+    base: &LlmSettings,
+    overrides: &serde_json::Value,
+) -> Result<LlmSettings, LlmSettingsError> {
+    let settings = settings_with_overrides(base, overrides)?;
+    let Some(provider) = settings.provider.as_deref() else {
+        return Ok(settings);
+    };
+    let canonical = provider.trim().to_ascii_lowercase();
+    if !KNOWN_PROVIDERS.contains(&canonical.as_str()) {
+        return Err(LlmSettingsError {
+            path: vec!["provider".into()],
+            message: format!(
+                "unknown LLM provider `{provider}`; known providers: {}",
+                KNOWN_PROVIDERS.join(", ")
+            ),
+            hint: orkeon_crews::spec::suggest::hint(
+                provider,
+                KNOWN_PROVIDERS.iter().copied(),
+                "providers",
+            ),
+        });
+    }
+    if canonical == "openai" {
+        let at = |key: &str| vec!["openai".to_string(), key.to_string()];
+        let url = settings.openai.base_url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(LlmSettingsError {
+                path: at("base_url"),
+                message: format!(
+                    "`llm.openai.base_url` must be an http(s) URL up to the API version, found `{url}`"
+                ),
+                hint: Some("e.g. `http://127.0.0.1:8080/v1` or `https://api.openai.com/v1`".into()),
+            });
+        }
+        if settings.openai.model.trim().is_empty() {
+            return Err(LlmSettingsError {
+                path: at("model"),
+                message: "`llm.openai.model` is empty; name the model the server serves".into(),
+                hint: None,
+            });
+        }
+    }
+    Ok(settings)
 }
 
 /// Walks `overrides` against the shape of the serialised settings, collecting the leaves to set
@@ -140,31 +220,48 @@ pub fn settings_with_overrides(
 fn collect_override_leaves(
     shape: &serde_json::Value,
     overrides: &serde_json::Map<String, serde_json::Value>,
-    display_prefix: &str,
     path: &mut Vec<String>,
     leaves: &mut Vec<(Vec<String>, serde_json::Value)>,
-) -> Result<(), String> {
+) -> Result<(), LlmSettingsError> {
+    let display = |path: &[String]| {
+        std::iter::once("llm")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(".")
+    };
     let serde_json::Value::Object(shape_map) = shape else {
-        return Err(format!("`{display_prefix}` is not a map of settings"));
+        return Err(LlmSettingsError::at(
+            path,
+            format!("`{}` is not a map of settings", display(path)),
+        ));
     };
     for (key, value) in overrides {
+        path.push(key.clone());
         let Some(shape_child) = shape_map.get(key) else {
             let known: Vec<&str> = shape_map.keys().map(String::as_str).collect();
-            return Err(format!(
-                "unknown key `{display_prefix}.{key}`; known keys there: {}",
-                known.join(", ")
-            ));
+            return Err(LlmSettingsError {
+                message: format!(
+                    "unknown key `{}`; known keys there: {}",
+                    display(path),
+                    known.join(", ")
+                ),
+                hint: orkeon_crews::spec::suggest::nearest(key, known.iter().copied())
+                    .map(|near| format!("did you mean '{near}'?")),
+                path: path.clone(),
+            });
         };
-        path.push(key.clone());
-        let child_display = format!("{display_prefix}.{key}");
         match (shape_child, value) {
             (serde_json::Value::Object(_), serde_json::Value::Object(child)) => {
-                collect_override_leaves(shape_child, child, &child_display, path, leaves)?;
+                collect_override_leaves(shape_child, child, path, leaves)?;
             }
             (serde_json::Value::Object(_), other) => {
-                return Err(format!(
-                    "`{child_display}` must be a map of settings, found {}",
-                    json_kind(other)
+                return Err(LlmSettingsError::at(
+                    path,
+                    format!(
+                        "`{}` must be a map of settings, found {}",
+                        display(path),
+                        json_kind(other)
+                    ),
                 ));
             }
             _ => leaves.push((path.clone(), value.clone())),
@@ -293,21 +390,51 @@ mod tests {
         let base = LlmSettings::default();
         let err =
             settings_with_overrides(&base, &json!({"openai": {"temprature": 0.1}})).unwrap_err();
-        assert!(err.contains("`llm.openai.temprature`"), "{err}");
-        assert!(err.contains("temperature"), "lists known keys: {err}");
+        assert!(err.message.contains("`llm.openai.temprature`"), "{err}");
+        assert!(
+            err.message.contains("temperature"),
+            "lists known keys: {err}"
+        );
+        assert_eq!(err.path, ["openai", "temprature"]);
+        assert_eq!(err.hint.as_deref(), Some("did you mean 'temperature'?"));
 
         let err =
             settings_with_overrides(&base, &json!({"openai": {"max_tokens": "many"}})).unwrap_err();
-        assert!(err.contains("`llm.openai.max_tokens`"), "{err}");
+        assert!(err.message.contains("`llm.openai.max_tokens`"), "{err}");
+        assert_eq!(err.path, ["openai", "max_tokens"]);
 
         let err = settings_with_overrides(&base, &json!({"openai": "gpt"})).unwrap_err();
         assert!(
-            err.contains("`llm.openai`") && err.contains("a string"),
+            err.message.contains("`llm.openai`") && err.message.contains("a string"),
             "{err}"
         );
+        assert_eq!(err.path, ["openai"]);
 
         let err = settings_with_overrides(&base, &json!(["extractive"])).unwrap_err();
-        assert!(err.contains("a list"), "{err}");
+        assert!(err.message.contains("a list"), "{err}");
+        assert!(err.path.is_empty());
+    }
+
+    #[test]
+    fn checks_name_unknown_providers_and_missing_openai_settings() {
+        let base = LlmSettings::default();
+        let err = check_overrides(&base, &json!({"provider": "opena"})).unwrap_err();
+        assert_eq!(err.path, ["provider"]);
+        assert_eq!(err.hint.as_deref(), Some("did you mean 'openai'?"));
+        let err = check_overrides(
+            &base,
+            &json!({"provider": "openai", "openai": {"base_url": "localhost:8080"}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.path, ["openai", "base_url"]);
+        let err = check_overrides(
+            &base,
+            &json!({"provider": "openai", "openai": {"model": " "}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.path, ["openai", "model"]);
+        let ok = check_overrides(&base, &json!({"provider": "Extractive"})).unwrap();
+        assert_eq!(ok.provider.as_deref(), Some("Extractive"));
     }
 
     #[test]

@@ -89,7 +89,12 @@ impl TaskRunner for EchoRunner {
                 a.description,
                 context.join(",")
             ),
-            passages: a.agent.knowledge.iter().map(|c| citation(c)).collect(),
+            passages: a
+                .agent
+                .knowledge
+                .iter()
+                .map(|c| citation(&c.collection))
+                .collect(),
             model: "echo".to_string(),
             ..TaskOutput::default()
         })
@@ -313,7 +318,7 @@ async fn sequential_runs_tasks_in_order_with_context_and_rendered_inputs() {
     assert_eq!(seen[0].expected_output, "Facts about refunds");
     assert_eq!(seen[0].run_id, "run-1");
     assert_eq!(seen[0].crew, "test");
-    assert_eq!(seen[0].agent.knowledge, vec!["kb"]);
+    assert_eq!(seen[0].agent.collections(), vec!["kb"]);
     assert!(seen[0].context.is_empty(), "the first task has no context");
     let outline_context: Vec<&str> = seen[1].context.iter().map(|c| c.task.as_str()).collect();
     assert_eq!(

@@ -8,19 +8,24 @@
 //! process: sequential      # sequential (default) | hierarchical | graph
 //! llm: { provider: extractive }   # optional; free-form map handed to the LLM factory
 //! manager: { llm: { ... } }       # hierarchical only, optional (defaults to the crew llm)
+//! profile: balanced       # optional: the retrieval profile of every knowledge lookup
+//!                          # (fast | balanced | quality | corrective | adaptive | a configured
+//!                          # one); default: the daemon's `rag.profile`
 //! rag:
 //!   collections:
 //!     product-kb:
 //!       sources: [kb/faq.md, "kb/**/*.md"]   # relative to the crew file
 //!       chunking: { strategy: recursive, max_tokens: 256, overlap: 32 }   # optional map
+//!       profile: fast                        # optional: overrides the crew's for this one
 //! agents:                  # at least one; file order is kept
 //!   support:
 //!     role: Support agent
 //!     goal: Answer from the knowledge base
 //!     backstory: optional
-//!     knowledge: [product-kb]      # names of `rag.collections`
+//!     knowledge: [product-kb]      # names of `rag.collections`, or maps:
+//!     # knowledge: [{ collection: product-kb, profile: corrective, max_passages: 8 }]
 //!     tools: [rag_search]          # rag_search | rag_ingest | rag_eval
-//!     max_passages: 5              # optional, >= 1
+//!     max_passages: 5              # optional, >= 1: passages in the agent's block (default 6)
 //! tasks:                   # at least one; names unique
 //!   - name: answer
 //!     agent: support
@@ -60,12 +65,16 @@
 //!   is reachable from `start` and has at least one outgoing edge; `when` holds exactly one
 //!   of `output_contains`, `output_not_contains`, `output_matches` (a valid regex);
 //!   no task may be called `end` in a graph crew;
-//! - `{{ … }}` placeholders in descriptions and expected outputs are closed.
+//! - `{{ … }}` placeholders in descriptions and expected outputs are closed;
+//! - with the host's [`SettingsChecks`] ([`parse_crew_file_checked`]): `llm:` maps (provider
+//!   names, keys, required settings), `chunking:` maps (strategy names, numbers in range) and
+//!   profile names, each error at the offending key.
 //!
 //! Task descriptions and expected outputs may use `{{ inputs.NAME }}`;
 //! [`CrewSpec::required_inputs`] lists the names and [`template`] renders them.
 
 mod raw;
+mod spanned_value;
 pub mod suggest;
 pub mod template;
 mod validate;
@@ -76,7 +85,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ports::{AgentProfile, CollectionRequest};
+use crate::ports::{AgentProfile, CollectionRequest, KnowledgeAttachment};
 
 /// Tools an agent may list under `tools:`.
 pub const KNOWN_TOOLS: &[&str] = &["rag_search", "rag_ingest", "rag_eval"];
@@ -170,6 +179,8 @@ pub struct CrewSpec {
     /// The crew's `citations:` (tasks may override it); `None`: by agent (see
     /// [`CrewSpec::citation_policy`]).
     pub citations: Option<CitationPolicy>,
+    /// The crew's retrieval profile; `None`: the host's default.
+    pub profile: Option<String>,
 }
 
 /// The manager of a hierarchical crew.
@@ -192,8 +203,10 @@ pub struct CollectionSpec {
     pub name: String,
     /// Paths or glob patterns, relative to the crew file's folder unless absolute.
     pub sources: Vec<String>,
-    /// Chunking settings as written (a JSON object); validated by `knowledge`.
+    /// Chunking settings as written (a JSON object); checked by the host's [`SettingsChecks`].
     pub chunking: Option<serde_json::Value>,
+    /// This collection's retrieval profile; `None`: the crew's.
+    pub profile: Option<String>,
 }
 
 /// One agent.
@@ -203,10 +216,12 @@ pub struct AgentSpec {
     pub role: String,
     pub goal: String,
     pub backstory: Option<String>,
-    /// Names of `rag.collections` this agent retrieves from.
-    pub knowledge: Vec<String>,
+    /// The `rag.collections` this agent retrieves from, each with its effective profile (the
+    /// attachment's, else the collection's, else the crew's; `None`: the host's default).
+    pub knowledge: Vec<KnowledgeAttachment>,
     /// Names from [`KNOWN_TOOLS`].
     pub tools: Vec<String>,
+    /// Passages in the agent's knowledge block; `None`: the runner's default.
     pub max_passages: Option<usize>,
 }
 
@@ -220,6 +235,7 @@ impl AgentSpec {
             backstory: self.backstory.clone(),
             knowledge: self.knowledge.clone(),
             tools: self.tools.clone(),
+            max_passages: self.max_passages,
         }
     }
 }
@@ -426,8 +442,53 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
-/// Reads and validates the crew file at `path`.
+/// A problem the host found inside a free-form value: where (map keys from the value's root;
+/// empty for the value as a whole), what, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingProblem {
+    pub path: Vec<String>,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+/// What the crews crate cannot know by itself and asks the host: whether an `llm:` map builds
+/// a model, whether a `chunking:` map is a chunker, and which retrieval profiles exist.
+pub trait SettingsChecks {
+    /// A crew's (or manager's) `llm:` map, as written.
+    fn llm(&self, value: &serde_json::Value) -> Result<(), SettingProblem>;
+    /// A collection's `chunking:` map, as written.
+    fn chunking(&self, value: &serde_json::Value) -> Result<(), SettingProblem>;
+    /// Known retrieval profile names.
+    fn profiles(&self) -> Vec<String>;
+}
+
+/// Structure only: every `llm:`/`chunking:` map and profile name is accepted (the host checks
+/// them at kickoff). For tools and tests that have no host.
+pub struct StructureOnly;
+
+impl SettingsChecks for StructureOnly {
+    fn llm(&self, _: &serde_json::Value) -> Result<(), SettingProblem> {
+        Ok(())
+    }
+    fn chunking(&self, _: &serde_json::Value) -> Result<(), SettingProblem> {
+        Ok(())
+    }
+    fn profiles(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Reads and validates the crew file at `path` (structure only; see
+/// [`parse_crew_file_checked`]).
 pub fn parse_crew_file(path: &Path) -> Result<CrewSpec, SpecError> {
+    parse_crew_file_checked(path, &StructureOnly)
+}
+
+/// Reads and validates the crew file at `path`, with the host's `checks`.
+pub fn parse_crew_file_checked(
+    path: &Path,
+    checks: &dyn SettingsChecks,
+) -> Result<CrewSpec, SpecError> {
     let text = std::fs::read_to_string(path).map_err(|e| SpecError {
         file: path.to_path_buf(),
         line: None,
@@ -435,16 +496,25 @@ pub fn parse_crew_file(path: &Path) -> Result<CrewSpec, SpecError> {
         message: format!("cannot read the crew file: {e}"),
         hint: Some("check that the file exists, is readable and is UTF-8 text".to_string()),
     })?;
-    parse_crew_str(&text, path)
+    parse_crew_str_checked(&text, path, checks)
 }
 
-/// Validates crew YAML `text`; `path` names the file in errors, gives the default crew
-/// name (its stem) and the folder relative sources resolve against.
+/// Validates crew YAML `text` (structure only); `path` names the file in errors, gives the
+/// default crew name (its stem) and the folder relative sources resolve against.
 pub fn parse_crew_str(text: &str, path: &Path) -> Result<CrewSpec, SpecError> {
+    parse_crew_str_checked(text, path, &StructureOnly)
+}
+
+/// Validates crew YAML `text` with the host's `checks`.
+pub fn parse_crew_str_checked(
+    text: &str,
+    path: &Path,
+    checks: &dyn SettingsChecks,
+) -> Result<CrewSpec, SpecError> {
     let options = serde_saphyr::options! { with_snippet: false };
     let raw: raw::RawCrew = serde_saphyr::from_str_with_options(text, options)
         .map_err(|e| validate::yaml_error(path, &e))?;
-    validate::validate(raw, path)
+    validate::validate(raw, path, checks)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
+use super::spanned_value::SpannedValue;
 use super::{CitationPolicy, DegradedPolicy, ProcessKind};
 
 #[derive(Debug, Deserialize)]
@@ -19,7 +20,7 @@ pub(super) struct RawCrew {
     pub name: Option<Spanned<String>>,
     pub description: Option<String>,
     pub process: Option<Spanned<ProcessKind>>,
-    pub llm: Option<Spanned<serde_json::Value>>,
+    pub llm: Option<Spanned<SpannedValue>>,
     pub manager: Option<Spanned<RawManager>>,
     pub rag: Option<RawRag>,
     pub agents: Spanned<OrderedMap<RawAgent>>,
@@ -28,12 +29,13 @@ pub(super) struct RawCrew {
     pub kickoff: Option<RawKickoff>,
     pub on_degraded: Option<DegradedPolicy>,
     pub citations: Option<CitationPolicy>,
+    pub profile: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawManager {
-    pub llm: Option<Spanned<serde_json::Value>>,
+    pub llm: Option<Spanned<SpannedValue>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,7 +48,8 @@ pub(super) struct RawRag {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCollection {
     pub sources: Spanned<Vec<Spanned<String>>>,
-    pub chunking: Option<Spanned<serde_json::Value>>,
+    pub chunking: Option<Spanned<SpannedValue>>,
+    pub profile: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,8 +58,9 @@ pub(super) struct RawAgent {
     pub role: Spanned<String>,
     pub goal: Spanned<String>,
     pub backstory: Option<String>,
+    /// Collection names, or `{collection, profile, max_passages}` maps.
     #[serde(default)]
-    pub knowledge: Vec<Spanned<String>>,
+    pub knowledge: Vec<Spanned<SpannedValue>>,
     #[serde(default)]
     pub tools: Vec<Spanned<String>>,
     pub max_passages: Option<Spanned<usize>>,

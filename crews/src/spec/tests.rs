@@ -93,7 +93,10 @@ fn parses_a_complete_sequential_crew() {
     let names: Vec<&str> = spec.agents.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(names, vec!["support", "reviewer"], "file order is kept");
     let support = spec.agent("support").unwrap();
-    assert_eq!(support.knowledge, vec!["product-kb"]);
+    assert_eq!(
+        support.knowledge,
+        vec![KnowledgeAttachment::named("product-kb")]
+    );
     assert_eq!(support.tools, vec!["rag_search"]);
     assert_eq!(support.max_passages, Some(5));
     assert_eq!(support.profile().role, "Support agent");
@@ -649,4 +652,165 @@ fn rejects_unknown_citations_values_and_misspelt_keys() {
     assert!(err.message.contains("unknown field 'citation'"), "{err}");
     assert_eq!(err.hint.as_deref(), Some("did you mean 'citations'?"));
     assert_at(&err, &text, "citation:", 0);
+}
+
+/// A host that knows three profiles, one provider and one chunker — the shape of the daemon's
+/// checks, small enough to read.
+struct TestHost;
+
+impl SettingsChecks for TestHost {
+    fn llm(&self, value: &serde_json::Value) -> Result<(), SettingProblem> {
+        match value.get("provider").and_then(|p| p.as_str()) {
+            Some("extractive") | None => Ok(()),
+            Some(other) => Err(SettingProblem {
+                path: vec!["provider".into()],
+                message: format!("unknown provider '{other}'"),
+                hint: suggest::hint(other, ["extractive"], "providers"),
+            }),
+        }
+    }
+    fn chunking(&self, value: &serde_json::Value) -> Result<(), SettingProblem> {
+        match value.get("max_tokens").and_then(|n| n.as_u64()) {
+            Some(0) => Err(SettingProblem {
+                path: vec!["max_tokens".into()],
+                message: "must be at least 1".into(),
+                hint: None,
+            }),
+            _ => Ok(()),
+        }
+    }
+    fn profiles(&self) -> Vec<String> {
+        vec!["fast".into(), "balanced".into(), "corrective".into()]
+    }
+}
+
+fn parse_checked(text: &str) -> Result<CrewSpec, SpecError> {
+    parse_crew_str_checked(text, Path::new("crews/support.yaml"), &TestHost)
+}
+
+const PROFILED: &str = r#"profile: balanced
+rag:
+  collections:
+    kb: { sources: [kb/*.md], profile: fast }
+    notes: { sources: [notes/*.md] }
+    papers: { sources: [papers/*.md] }
+agents:
+  a:
+    role: r
+    goal: g
+    knowledge:
+      - kb
+      - notes
+      - { collection: papers, profile: corrective, max_passages: 3 }
+    max_passages: 4
+tasks:
+  - { name: t, agent: a, description: d, expected_output: o }
+"#;
+
+#[test]
+fn profiles_resolve_attachment_then_collection_then_crew() {
+    let spec = parse_checked(PROFILED).unwrap();
+    assert_eq!(spec.profile.as_deref(), Some("balanced"));
+    let agent = spec.agent("a").unwrap();
+    assert_eq!(
+        agent.knowledge,
+        vec![
+            KnowledgeAttachment {
+                collection: "kb".into(),
+                profile: Some("fast".into()),
+                max_passages: None
+            },
+            KnowledgeAttachment {
+                collection: "notes".into(),
+                profile: Some("balanced".into()),
+                max_passages: None
+            },
+            KnowledgeAttachment {
+                collection: "papers".into(),
+                profile: Some("corrective".into()),
+                max_passages: Some(3)
+            },
+        ]
+    );
+    assert_eq!(agent.profile().max_passages, Some(4));
+    // Without a crew profile, an attachment with none leaves the choice to the host.
+    let spec = parse_checked(&PROFILED.replace("profile: balanced\n", "")).unwrap();
+    assert_eq!(spec.agent("a").unwrap().knowledge[1].profile, None);
+}
+
+#[test]
+fn unknown_profiles_are_located_with_the_nearest_name() {
+    for (from, to, needle) in [
+        ("profile: balanced", "profile: balancd", "balancd"),
+        ("profile: fast }", "profile: fsat }", "fsat"),
+        ("profile: corrective", "profile: corective", "corective"),
+    ] {
+        let text = PROFILED.replace(from, to);
+        let err = parse_checked(&text).unwrap_err();
+        assert!(
+            err.message.contains(&format!("unknown profile '{needle}'")),
+            "{err}"
+        );
+        assert!(
+            err.hint
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("did you mean"),
+            "{err}"
+        );
+        assert_at(&err, &text, needle, 0);
+    }
+    // Without a host, any name is accepted (the host checks it at kickoff).
+    assert!(
+        parse_crew_str(
+            &PROFILED.replace("profile: balanced", "profile: mine"),
+            Path::new("c.yaml")
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn knowledge_maps_are_checked_key_by_key() {
+    let text = PROFILED.replace("max_passages: 3 }", "max_pasages: 3 }");
+    let err = parse_checked(&text).unwrap_err();
+    assert!(
+        err.message.contains("unknown knowledge key 'max_pasages'"),
+        "{err}"
+    );
+    assert_eq!(err.hint.as_deref(), Some("did you mean 'max_passages'?"));
+    assert_at(&err, &text, "max_pasages", 0);
+
+    let text = PROFILED.replace("max_passages: 3 }", "max_passages: 0 }");
+    let err = parse_checked(&text).unwrap_err();
+    assert!(err.message.contains("at least 1"), "{err}");
+
+    let text = PROFILED.replace("{ collection: papers,", "{ collection: paper,");
+    let err = parse_checked(&text).unwrap_err();
+    assert_eq!(err.hint.as_deref(), Some("did you mean 'papers'?"));
+    assert_at(&err, &text, "paper,", 0);
+
+    let text = PROFILED.replace("{ collection: papers, ", "{ ");
+    let err = parse_checked(&text).unwrap_err();
+    assert!(err.message.contains("needs `collection:`"), "{err}");
+}
+
+#[test]
+fn host_checks_point_at_the_key_inside_llm_and_chunking() {
+    let text = SUPPORT.replace(
+        "llm: { provider: extractive }",
+        "llm:\n  provider: extractiv",
+    );
+    let err = parse_checked(&text).unwrap_err();
+    assert_eq!(err.message, "llm.provider: unknown provider 'extractiv'");
+    assert_eq!(err.hint.as_deref(), Some("did you mean 'extractive'?"));
+    assert_at(&err, &text, "extractiv", 0);
+
+    let text = SUPPORT.replace("max_tokens: 256", "max_tokens: 0");
+    let err = parse_checked(&text).unwrap_err();
+    assert_eq!(
+        err.message,
+        "rag.collections.product-kb.chunking.max_tokens: must be at least 1"
+    );
+    assert_at(&err, &text, "0, overlap", 0);
 }

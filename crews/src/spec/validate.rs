@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use serde_saphyr::{Location, MessageFormatter, Spanned};
 
 use super::raw::{OrderedMap, RawAgent, RawCrew, RawEdge, RawGraph, RawTask, RawWhen};
+use super::spanned_value::SpannedValue;
 use super::{
     AgentSpec, CollectionSpec, CrewSpec, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_SECONDS,
     EdgePredicate, EdgeSpec, GRAPH_END, GraphSpec, KNOWN_TOOLS, KickoffSpec, ManagerSpec,
-    OutputPattern, ProcessKind, RagSpec, SpecError, TaskSpec, suggest, template,
+    OutputPattern, ProcessKind, RagSpec, SettingProblem, SettingsChecks, SpecError, TaskSpec,
+    suggest, template,
 };
+use crate::ports::KnowledgeAttachment;
 
 const MAX_NAME_CHARS: usize = 64;
 
@@ -102,9 +105,10 @@ fn known_values_hint(given: &str, expected: &[&'static str], kind: &str) -> Stri
     }
 }
 
-/// Builds [`SpecError`]s for one file.
+/// Builds [`SpecError`]s for one file and runs the host's checks.
 struct Errors<'a> {
     file: &'a Path,
+    checks: &'a dyn SettingsChecks,
 }
 
 impl Errors<'_> {
@@ -136,20 +140,59 @@ impl Errors<'_> {
         })
     }
 
-    fn check_object(
+    /// A map of settings as JSON, checked by `check` (one of the host's checks); a problem is
+    /// reported at the key it names.
+    fn check_settings(
         &self,
-        value: &Spanned<serde_json::Value>,
+        value: &Spanned<SpannedValue>,
         what: &str,
+        check: impl Fn(&serde_json::Value) -> Result<(), SettingProblem>,
     ) -> Result<serde_json::Value, SpecError> {
-        if value.value.is_object() {
-            Ok(value.value.clone())
-        } else {
-            Err(self.at_value(
+        if value.value.entries().is_none() {
+            return Err(self.at_value(
                 value,
-                format!("{what} must be a map of settings"),
+                format!(
+                    "{what} must be a map of settings, found {}",
+                    value.value.kind()
+                ),
                 Some(format!("write it as `{what}: {{ key: value, ... }}`")),
-            ))
+            ));
         }
+        let json = value.value.to_json();
+        check(&json).map_err(|problem| {
+            let location = value.value.locate(&problem.path, value.referenced);
+            let key = std::iter::once(what.to_string())
+                .chain(problem.path.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(".");
+            self.at(
+                location,
+                format!("{key}: {}", problem.message),
+                problem.hint,
+            )
+        })?;
+        Ok(json)
+    }
+
+    /// A profile name the host knows (any non-empty name when the host lists none).
+    fn check_profile(&self, profile: &Spanned<String>, what: &str) -> Result<String, SpecError> {
+        let name = profile.value.trim();
+        if name.is_empty() {
+            return Err(self.at_value(
+                profile,
+                format!("{what} is empty"),
+                Some("name a profile or remove the key".to_string()),
+            ));
+        }
+        let known = self.checks.profiles();
+        if known.is_empty() || known.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+            return Ok(name.to_string());
+        }
+        Err(self.at_value(
+            profile,
+            format!("{what} names unknown profile '{name}'"),
+            suggest::hint(name, known.iter().map(String::as_str), "profiles"),
+        ))
     }
 
     fn check_text(&self, value: &Spanned<String>, what: &str) -> Result<String, SpecError> {
@@ -190,15 +233,24 @@ fn name_problem(name: &str) -> Option<&'static str> {
 }
 
 /// Checks `raw` and builds the spec.
-pub(super) fn validate(raw: RawCrew, file: &Path) -> Result<CrewSpec, SpecError> {
-    let errors = Errors { file };
+pub(super) fn validate(
+    raw: RawCrew,
+    file: &Path,
+    checks: &dyn SettingsChecks,
+) -> Result<CrewSpec, SpecError> {
+    let errors = Errors { file, checks };
     let name = crew_name(&raw, file, &errors)?;
     let process = raw.process.as_ref().map(|p| p.value).unwrap_or_default();
 
     let llm = raw
         .llm
         .as_ref()
-        .map(|v| errors.check_object(v, "llm"))
+        .map(|v| errors.check_settings(v, "llm", |j| checks.llm(j)))
+        .transpose()?;
+    let profile = raw
+        .profile
+        .as_ref()
+        .map(|p| errors.check_profile(p, "profile"))
         .transpose()?;
 
     let manager = match &raw.manager {
@@ -215,14 +267,13 @@ pub(super) fn validate(raw: RawCrew, file: &Path) -> Result<CrewSpec, SpecError>
                 .value
                 .llm
                 .as_ref()
-                .map(|v| errors.check_object(v, "manager.llm"))
+                .map(|v| errors.check_settings(v, "manager.llm", |j| checks.llm(j)))
                 .transpose()?,
         }),
     };
 
     let rag = rag_spec(&raw, &errors)?;
-    let collection_names: Vec<&str> = rag.collections.iter().map(|c| c.name.as_str()).collect();
-    let agents = agent_specs(&raw.agents, &collection_names, &errors)?;
+    let agents = agent_specs(&raw.agents, &rag, profile.as_deref(), &errors)?;
     let agent_names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
     let tasks = task_specs(&raw.tasks, &agent_names, process, &errors)?;
 
@@ -279,6 +330,7 @@ pub(super) fn validate(raw: RawCrew, file: &Path) -> Result<CrewSpec, SpecError>
         kickoff,
         on_degraded: raw.on_degraded.unwrap_or_default(),
         citations: raw.citations,
+        profile,
     })
 }
 
@@ -329,12 +381,21 @@ fn rag_spec(raw: &RawCrew, errors: &Errors<'_>) -> Result<RagSpec, SpecError> {
         let chunking = collection
             .chunking
             .as_ref()
-            .map(|c| errors.check_object(c, "chunking"))
+            .map(|c| {
+                let what = format!("rag.collections.{}.chunking", name.value);
+                errors.check_settings(c, &what, |j| errors.checks.chunking(j))
+            })
+            .transpose()?;
+        let profile = collection
+            .profile
+            .as_ref()
+            .map(|p| errors.check_profile(p, &format!("collection '{}': profile", name.value)))
             .transpose()?;
         collections.push(CollectionSpec {
             name: name.value.clone(),
             sources,
             chunking,
+            profile,
         });
     }
     Ok(RagSpec { collections })
@@ -342,7 +403,8 @@ fn rag_spec(raw: &RawCrew, errors: &Errors<'_>) -> Result<RagSpec, SpecError> {
 
 fn agent_specs(
     agents: &Spanned<OrderedMap<RawAgent>>,
-    collections: &[&str],
+    rag: &RagSpec,
+    crew_profile: Option<&str>,
     errors: &Errors<'_>,
 ) -> Result<Vec<AgentSpec>, SpecError> {
     if agents.value.0.is_empty() {
@@ -358,20 +420,14 @@ fn agent_specs(
         let what = |field: &str| format!("agent '{}': {field}", name.value);
         let role = errors.check_text(&agent.role, &what("role"))?;
         let goal = errors.check_text(&agent.goal, &what("goal"))?;
-        let mut knowledge: Vec<String> = Vec::new();
-        for collection in &agent.knowledge {
-            if !collections.contains(&collection.value.as_str()) {
-                return Err(errors.at_value(
-                    collection,
-                    format!(
-                        "agent '{}' names collection '{}', which is not declared under rag.collections",
-                        name.value, collection.value
-                    ),
-                    suggest::hint(&collection.value, collections.iter().copied(), "collections"),
-                ));
-            }
-            if !knowledge.contains(&collection.value) {
-                knowledge.push(collection.value.clone());
+        let mut knowledge: Vec<KnowledgeAttachment> = Vec::new();
+        for entry in &agent.knowledge {
+            let attachment = attachment(entry, &name.value, rag, crew_profile, errors)?;
+            if !knowledge
+                .iter()
+                .any(|k| k.collection == attachment.collection)
+            {
+                knowledge.push(attachment);
             }
         }
         let mut tools: Vec<String> = Vec::new();
@@ -408,6 +464,112 @@ fn agent_specs(
         });
     }
     Ok(specs)
+}
+
+/// One `knowledge:` entry: a collection name, or `{collection, profile, max_passages}`.
+fn attachment(
+    entry: &Spanned<SpannedValue>,
+    agent: &str,
+    rag: &RagSpec,
+    crew_profile: Option<&str>,
+    errors: &Errors<'_>,
+) -> Result<KnowledgeAttachment, SpecError> {
+    const KEYS: &[&str] = &["collection", "profile", "max_passages"];
+    let mut collection: Option<Spanned<String>> = None;
+    let mut profile = None;
+    let mut max_passages = None;
+    match &entry.value {
+        SpannedValue::String(name) => {
+            collection = Some(Spanned {
+                value: name.clone(),
+                referenced: entry.referenced,
+                defined: entry.defined,
+            })
+        }
+        SpannedValue::Map(entries) => {
+            for (key, value) in entries {
+                let as_text = || match &value.value {
+                    SpannedValue::String(s) => Ok(Spanned {
+                        value: s.clone(),
+                        referenced: value.referenced,
+                        defined: value.defined,
+                    }),
+                    other => Err(errors.at_value(
+                        value,
+                        format!(
+                            "agent '{agent}': knowledge `{}` must be text, found {}",
+                            key.value,
+                            other.kind()
+                        ),
+                        None,
+                    )),
+                };
+                match key.value.as_str() {
+                    "collection" => collection = Some(as_text()?),
+                    "profile" => {
+                        let what = format!("agent '{agent}': knowledge profile");
+                        profile = Some(errors.check_profile(&as_text()?, &what)?);
+                    }
+                    "max_passages" => {
+                        let n = match &value.value {
+                            SpannedValue::Number(n) => n.as_u64().filter(|n| *n >= 1),
+                            _ => None,
+                        };
+                        let Some(n) = n else {
+                            return Err(errors.at_value(
+                                value,
+                                format!("agent '{agent}': knowledge max_passages must be a whole number of at least 1"),
+                                Some("remove it to use the agent's block size, or set a positive number".to_string()),
+                            ));
+                        };
+                        max_passages = Some(usize::try_from(n).unwrap_or(usize::MAX));
+                    }
+                    other => {
+                        return Err(errors.at(
+                            key.referenced,
+                            format!("agent '{agent}': unknown knowledge key '{other}'"),
+                            Some(known_values_hint(other, KEYS, "keys")),
+                        ));
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(errors.at_value(
+                entry,
+                format!("agent '{agent}': a knowledge entry must be a collection name or a map, found {}", other.kind()),
+                Some("write `knowledge: [kb]` or `knowledge: [{ collection: kb, profile: fast }]`".to_string()),
+            ));
+        }
+    }
+    let Some(collection) = collection else {
+        return Err(errors.at_value(
+            entry,
+            format!("agent '{agent}': a knowledge map needs `collection:`"),
+            Some("add `collection: NAME` naming one of rag.collections".to_string()),
+        ));
+    };
+    let Some(declared) = rag.collections.iter().find(|c| c.name == collection.value) else {
+        return Err(errors.at_value(
+            &collection,
+            format!(
+                "agent '{agent}' names collection '{}', which is not declared under rag.collections",
+                collection.value
+            ),
+            suggest::hint(
+                &collection.value,
+                rag.collections.iter().map(|c| c.name.as_str()),
+                "collections",
+            ),
+        ));
+    };
+    Ok(KnowledgeAttachment {
+        collection: collection.value,
+        profile: profile
+            .or_else(|| declared.profile.clone())
+            .or_else(|| crew_profile.map(str::to_string)),
+        max_passages,
+    })
 }
 
 fn task_specs(

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Subcommand;
 use orkeon_crews::run::RunStatus;
-use orkeon_crews::spec::parse_crew_file;
+use orkeon_crews::spec::parse_crew_file_checked;
 
 use crate::config::Config;
+use crate::crew_checks::HostChecks;
 use crate::output::Output;
 use crate::service::{CrewApi, KickoffParams};
 use crate::services::Services;
@@ -37,8 +38,8 @@ pub fn parse_input(raw: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("'{raw}' is not NAME=VALUE"))
 }
 
-pub async fn check(file: PathBuf, out: &Output) -> anyhow::Result<bool> {
-    match parse_crew_file(&file) {
+pub async fn check(file: PathBuf, config: &Config, out: &Output) -> anyhow::Result<bool> {
+    match parse_crew_file_checked(&file, &HostChecks::new(config)) {
         Ok(spec) => {
             if out.json {
                 out.print_json(&serde_json::json!({
@@ -79,7 +80,8 @@ pub async fn run(
     config: Config,
     out: &Output,
 ) -> anyhow::Result<bool> {
-    let spec = parse_crew_file(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let spec = parse_crew_file_checked(&file, &HostChecks::new(&config))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let services = Services::start(config).await?;
     let inputs: BTreeMap<String, String> = inputs.into_iter().collect();
     let record = services

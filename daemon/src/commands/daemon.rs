@@ -15,6 +15,7 @@ use crate::watch::{CrewsWatcher, SourceWatcher};
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let crews_dir: PathBuf = config.crews_dir.clone();
+    let checks = Arc::new(crate::crew_checks::HostChecks::new(&config));
     let services = Arc::new(Services::start(config).await?);
     let (addr, token) = grpc::listen_settings(&services)?;
     let listener = tokio::net::TcpListener::bind(addr)
@@ -27,6 +28,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         crews_dir.clone(),
         services.engine.clone(),
         sources.clone(),
+        checks,
         Duration::from_millis(300),
     )
     .await?;

@@ -63,6 +63,9 @@ pub enum ChunkError {
     },
     #[error("invalid chunking settings: {0}")]
     InvalidSettings(String),
+    /// A numeric setting out of its range; `key` is its name under `chunking`.
+    #[error("invalid chunking settings: {message}")]
+    OutOfRange { key: &'static str, message: String },
     #[error("semantic chunking failed: {0}")]
     Embedding(String),
 }
@@ -127,27 +130,36 @@ pub fn build_chunker(
 /// Checks the numeric settings; each message names the offending key and the accepted range.
 pub fn validate_settings(settings: &ChunkingSettings) -> Result<(), ChunkError> {
     if settings.max_tokens < MIN_MAX_TOKENS {
-        return Err(ChunkError::InvalidSettings(format!(
-            "chunking.max_tokens is {}, but it must be at least {MIN_MAX_TOKENS}; raise \
-             chunking.max_tokens (typical: 128–512)",
-            settings.max_tokens
-        )));
+        return Err(ChunkError::OutOfRange {
+            key: "max_tokens",
+            message: format!(
+                "chunking.max_tokens is {}, but it must be at least {MIN_MAX_TOKENS}; raise \
+                 chunking.max_tokens (typical: 128–512)",
+                settings.max_tokens
+            ),
+        });
     }
     if settings.overlap >= settings.max_tokens / 2 {
-        return Err(ChunkError::InvalidSettings(format!(
-            "chunking.overlap is {}, but it must be smaller than half of chunking.max_tokens \
+        return Err(ChunkError::OutOfRange {
+            key: "overlap",
+            message: format!(
+                "chunking.overlap is {}, but it must be smaller than half of chunking.max_tokens \
              ({} / 2 = {}); lower chunking.overlap or raise chunking.max_tokens",
-            settings.overlap,
-            settings.max_tokens,
-            settings.max_tokens / 2
-        )));
+                settings.overlap,
+                settings.max_tokens,
+                settings.max_tokens / 2
+            ),
+        });
     }
     if settings.breakpoint_percentile > 100 {
-        return Err(ChunkError::InvalidSettings(format!(
-            "chunking.breakpoint_percentile is {}, but it is a percentile: use a value from 0 \
-             to 100",
-            settings.breakpoint_percentile
-        )));
+        return Err(ChunkError::OutOfRange {
+            key: "breakpoint_percentile",
+            message: format!(
+                "chunking.breakpoint_percentile is {}, but it is a percentile: use a value from \
+                 0 to 100",
+                settings.breakpoint_percentile
+            ),
+        });
     }
     Ok(())
 }
@@ -217,13 +229,20 @@ mod tests {
     #[test]
     fn invalid_settings_name_the_key() {
         let err = build_error(&settings("recursive", 4, 0));
-        assert!(matches!(err, ChunkError::InvalidSettings(_)));
+        assert!(matches!(
+            err,
+            ChunkError::OutOfRange {
+                key: "max_tokens",
+                ..
+            }
+        ));
         assert!(
             err.to_string().contains("chunking.max_tokens is 4"),
             "{err}"
         );
 
         let err = build_error(&settings("recursive", 64, 32));
+        assert!(matches!(err, ChunkError::OutOfRange { key: "overlap", .. }));
         assert!(err.to_string().contains("chunking.overlap is 32"), "{err}");
         assert!(err.to_string().contains("64 / 2 = 32"), "{err}");
 
