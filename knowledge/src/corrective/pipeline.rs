@@ -1,7 +1,7 @@
 //! [`CorrectiveRagPipeline`]: CRAG as a [`StateGraph<RagGraphState>`] — the same engine as
 //! `process: graph` — behind the [`RagPipeline`] façade.
 //!
-//! Topology (the reference's, node for node):
+//! Topology of an answer ([`GraphMode::Answer`]; the reference's, node for node):
 //!
 //! - start → `retrieve` → `evaluate`;
 //! - after `evaluate` (conditional): Correct → `generate`; Ambiguous → `refine` → `generate`;
