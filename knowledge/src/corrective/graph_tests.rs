@@ -33,6 +33,7 @@ use crate::query::profiles::ProfileResolver;
 use crate::query::rerank::RerankerFactory;
 use crate::query::transform::TransformerFactory;
 use crate::query::{QueryError, RagPipeline, RagQuery, retrieve_only};
+use crate::routing::{AdaptiveRagPipeline, DelegateSource, HeuristicClassifier};
 use crate::settings::{ChunkingSettings, EmbeddingSettings, IngestionSettings, RagSettings};
 use crate::store::{InMemoryQuarantineStore, InMemoryStore};
 use crate::types::{RagAnswer, ScoreOrigin, TraceStep};
@@ -284,13 +285,6 @@ async fn incorrect_verdict_rewrite_and_re_retrieval_cite_the_right_source() {
         user(3)
     );
     assert!(!user(3).contains("Question: Dashboard 3 sign-in"));
-
-    // Not retrieval-only capable: "retrieval only" is not a prefix of its run.
-    let err = retrieve_only(&corrective, &query()).await.unwrap_err();
-    assert!(
-        matches!(err, QueryError::RetrievalOnlyUnsupported { .. }),
-        "{err}"
-    );
 }
 
 /// Without a real LLM (the offline `extractive` model, or none) the grader and the rewriter are
@@ -794,6 +788,407 @@ async fn web_fallback_needs_both_switches_and_never_passes_rejected_pages() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Retrieval only (what crews call): the same graph, stopping before generation
+// ---------------------------------------------------------------------------------------------
+
+fn markers(answer: &RagAnswer) -> Vec<u32> {
+    answer.citations.iter().map(|c| c.marker).collect()
+}
+
+fn cited_sources(answer: &RagAnswer) -> Vec<String> {
+    answer
+        .citations
+        .iter()
+        .map(|c| c.source_id.clone())
+        .collect()
+}
+
+/// Asserts the retrieval-only ending: `generate` and `check_groundedness` traced as skipped
+/// (once each, never run), the `corrective:graph` summary last, in retrieve-only mode, and an
+/// empty text with citations `[1]`..`[n]`.
+fn assert_stopped_before_generation(answer: &RagAnswer) {
+    let generate = steps(answer, node::GENERATE);
+    assert_eq!(generate.len(), 1, "{:?}", stages(answer));
+    assert_eq!(generate[0].detail["skipped"], "retrieval-only");
+    assert!(
+        generate[0].detail["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no LLM call"),
+        "{}",
+        generate[0].detail
+    );
+    assert_eq!(generate[0].detail["model"], Value::Null);
+    let check = steps(answer, node::CHECK_GROUNDEDNESS);
+    assert_eq!(check.len(), 1);
+    assert_eq!(check[0].detail["skipped"], "retrieval-only");
+    let last = answer.trace.steps.last().expect("steps");
+    assert_eq!(last.stage, "corrective:graph");
+    assert_eq!(last.detail["mode"], "retrieve-only");
+    let path: Vec<&str> = last.detail["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        !path.contains(&node::GENERATE) && !path.contains(&node::CHECK_GROUNDEDNESS),
+        "{path:?}"
+    );
+    assert!(
+        answer
+            .trace
+            .steps
+            .iter()
+            .all(|s| s.stage.starts_with("corrective:")),
+        "{:?}",
+        stages(answer)
+    );
+    assert!(answer.text.is_empty(), "{}", answer.text);
+    let expected: Vec<u32> = (1..=answer.citations.len() as u32).collect();
+    assert_eq!(markers(answer), expected);
+    assert_eq!(
+        generate[0].detail["passages"].as_u64(),
+        Some(answer.citations.len() as u64)
+    );
+}
+
+/// Incorrect verdict → rewrite → re-retrieve → Correct → stop: the rewritten probe's passages,
+/// the right source first, and only the grader's and the rewriter's LLM calls — the scripted
+/// chat (`scripted`) holds no reply for a generation or a groundedness check, so either would
+/// fail the call.
+#[tokio::test]
+async fn retrieve_only_loops_through_rewrite_and_stops_before_generation() {
+    let fx = fixture().await;
+    let chat = ScriptedChat::new(&[
+        r#"{"verdict": "incorrect", "relevance": [0.2, 0.1], "rationale": "an SSO incident and code names, not how long an idle session lasts"}"#,
+        r#"{"query": "Dashboard 3 sign-in: sessions expire after hours without activity"}"#,
+        r#"{"verdict": "correct", "relevance": [0.95, 0.2], "rationale": "[1] gives the session expiry"}"#,
+    ]);
+    let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+    let corrective = pipeline(
+        &RagSettings::default(),
+        fx.deps(
+            Some(chat_dyn.clone()),
+            Some(Arc::new(LlmGroundednessChecker::new(chat_dyn.clone()))),
+        ),
+        CorrectiveComponents::for_chat(Some(&chat_dyn)),
+    );
+    assert!(corrective.retriever().is_some());
+    let answer = retrieve_only(&corrective, &query())
+        .await
+        .expect("passages");
+
+    assert_eq!(
+        stages(&answer),
+        vec![
+            "corrective:retrieve",
+            "corrective:evaluate",
+            "corrective:rewrite_query",
+            "corrective:retrieve",
+            "corrective:evaluate",
+            "corrective:generate",
+            "corrective:check_groundedness",
+            "corrective:graph",
+        ]
+    );
+    assert_stopped_before_generation(&answer);
+    let graph = &steps(&answer, "graph")[0].detail;
+    assert_eq!(graph["outcome"], "completed");
+    assert_eq!(
+        graph["path"],
+        json!([
+            "retrieve",
+            "evaluate",
+            "rewrite_query",
+            "retrieve",
+            "evaluate"
+        ])
+    );
+    assert_eq!(answer.trace.iterations, Some(1));
+    assert_eq!(answer.trace.verdicts, vec!["incorrect", "correct"]);
+    assert_eq!(answer.trace.profile.as_deref(), Some("corrective"));
+    assert_eq!(
+        answer.trace.query_variants,
+        vec!["Dashboard 3 sign-in: sessions expire after hours without activity"]
+    );
+
+    // The citations are the rewritten probe's retrieval, in rank order, capped at top_n = 2.
+    let second = retrieved_sources(steps(&answer, node::RETRIEVE)[1]);
+    assert_eq!(cited_sources(&answer), second);
+    assert_eq!(answer.citations.len(), 2);
+    assert_eq!(answer.citations[0].source_id, RIGHT_SOURCE);
+    assert!(
+        answer.citations[0]
+            .snippet
+            .contains("12 hours without activity")
+    );
+
+    // Grade, rewrite, grade: all constrained JSON calls, none of them a generation.
+    assert_eq!(chat.calls(), 3);
+    assert!(chat.requests.lock().unwrap().iter().all(|r| r.json_mode));
+}
+
+/// `top_n` caps the passages (a Correct verdict ends the run on the retrieved set); unset, the
+/// profile's final top_n applies. Grader: the in-process `scripted` chat, one call per run.
+#[tokio::test]
+async fn retrieve_only_honours_top_n() {
+    let fx = fixture().await;
+    let rag = RagSettings::default();
+    let correct = r#"{"verdict": "correct", "rationale": "the passages answer"}"#;
+    for top_n in [1usize, 3] {
+        let chat = ScriptedChat::new(&[correct]);
+        let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+        let corrective = pipeline(
+            &rag,
+            fx.deps(Some(chat_dyn.clone()), None),
+            CorrectiveComponents::for_chat(Some(&chat_dyn)),
+        );
+        let answer = retrieve_only(
+            &corrective,
+            &RagQuery::new(QUESTION, COLLECTION).with_top_n(top_n),
+        )
+        .await
+        .expect("passages");
+        assert_stopped_before_generation(&answer);
+        assert_eq!(answer.citations.len(), top_n);
+        assert_eq!(
+            cited_sources(&answer),
+            retrieved_sources(steps(&answer, node::RETRIEVE)[0])
+        );
+        assert_eq!(steps(&answer, node::GENERATE)[0].detail["top_n"], top_n);
+        assert_eq!(chat.calls(), 1);
+    }
+
+    let expected = resolve_options("corrective", &rag)
+        .unwrap()
+        .final_top_n(None);
+    let chat = ScriptedChat::new(&[correct]);
+    let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+    let corrective = pipeline(
+        &rag,
+        fx.deps(Some(chat_dyn.clone()), None),
+        CorrectiveComponents::for_chat(Some(&chat_dyn)),
+    );
+    let answer = retrieve_only(&corrective, &RagQuery::new(QUESTION, COLLECTION))
+        .await
+        .expect("passages");
+    assert_stopped_before_generation(&answer);
+    assert_eq!(steps(&answer, node::RETRIEVE)[0].detail["top_n"], expected);
+    assert_eq!(steps(&answer, node::GENERATE)[0].detail["top_n"], expected);
+    assert_eq!(answer.citations.len(), expected);
+}
+
+/// Without any chat model (heuristic grader and rewriter; a full query cannot generate), the
+/// retrieval-only run still answers with passages and the whole graph trace.
+#[tokio::test]
+async fn retrieve_only_needs_no_chat_model() {
+    let fx = fixture().await;
+    let corrective = pipeline(
+        &RagSettings::default(),
+        fx.deps(
+            None,
+            Some(Arc::new(HeuristicGroundednessChecker::default())),
+        ),
+        CorrectiveComponents::for_chat(None),
+    );
+    let err = corrective.query(&query()).await.unwrap_err();
+    assert!(matches!(err, QueryError::NoChatModel { .. }), "{err}");
+
+    let answer = retrieve_only(&corrective, &query())
+        .await
+        .expect("passages");
+    assert_stopped_before_generation(&answer);
+    assert!(!answer.citations.is_empty());
+    assert!(answer.citations.len() <= 2);
+    let iterations = answer.trace.iterations.expect("iterations");
+    assert!(iterations <= 3, "{iterations}");
+    assert_eq!(steps(&answer, node::RETRIEVE).len() as u32, iterations + 1);
+    assert!(
+        steps(&answer, node::EVALUATE)
+            .iter()
+            .all(|e| e.detail["evaluator"] == "heuristic")
+    );
+}
+
+/// Ambiguous → refine → stop: the citations are the refined passages. The grader's unreadable
+/// answer (in-process `scripted` chat) falls back to Ambiguous.
+#[tokio::test]
+async fn retrieve_only_cites_the_refined_passages_on_ambiguous() {
+    let fx = fixture().await;
+    let chat = ScriptedChat::new(&["~~ lorem {ipsum"]);
+    let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+    let corrective = pipeline(
+        &RagSettings::default(),
+        fx.deps(Some(chat_dyn.clone()), None),
+        CorrectiveComponents::for_chat(Some(&chat_dyn)),
+    );
+    let answer = retrieve_only(&corrective, &query())
+        .await
+        .expect("passages");
+    assert_eq!(
+        stages(&answer),
+        vec![
+            "corrective:retrieve",
+            "corrective:evaluate",
+            "corrective:refine",
+            "corrective:generate",
+            "corrective:check_groundedness",
+            "corrective:graph",
+        ]
+    );
+    assert_stopped_before_generation(&answer);
+    assert_eq!(answer.trace.verdicts, vec!["ambiguous"]);
+    assert_eq!(
+        cited_sources(&answer),
+        retrieved_sources(steps(&answer, node::REFINE)[0])
+    );
+    assert!(!answer.citations.is_empty());
+    assert_eq!(chat.calls(), 1);
+}
+
+/// Incorrect until the budget is spent: web_fallback (skipped: disabled) → stop, with the best
+/// passages seen; never generate.
+#[tokio::test]
+async fn retrieve_only_at_budget_exhaustion_ends_after_web_fallback() {
+    let fx = fixture().await;
+    let incorrect = r#"{"verdict": "incorrect", "rationale": "nothing relevant"}"#;
+    let chat = ScriptedChat::new(&[
+        incorrect,
+        r#"{"query": "Heron idle session timeout"}"#,
+        incorrect,
+    ]);
+    let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+    let rag = settings(json!({"corrective": {"max_iterations": 1}}));
+    let corrective = pipeline(
+        &rag,
+        fx.deps(Some(chat_dyn.clone()), None),
+        CorrectiveComponents::for_chat(Some(&chat_dyn)),
+    );
+    let answer = retrieve_only(&corrective, &query())
+        .await
+        .expect("passages");
+    assert_eq!(
+        stages(&answer),
+        vec![
+            "corrective:retrieve",
+            "corrective:evaluate",
+            "corrective:rewrite_query",
+            "corrective:retrieve",
+            "corrective:evaluate",
+            "corrective:web_fallback",
+            "corrective:generate",
+            "corrective:check_groundedness",
+            "corrective:graph",
+        ]
+    );
+    assert_stopped_before_generation(&answer);
+    assert_eq!(answer.trace.iterations, Some(1));
+    let web = &steps(&answer, node::WEB_FALLBACK)[0].detail;
+    assert!(
+        web["skipped"].as_str().unwrap().starts_with("disabled"),
+        "{web}"
+    );
+    assert!(!answer.citations.is_empty());
+    assert_eq!(chat.calls(), 3);
+}
+
+/// Web fallback in retrieval-only mode: the web chunks open the working set and the citations
+/// are capped at top_n (local chunks cut first).
+#[tokio::test]
+async fn retrieve_only_caps_the_web_fallback_set_at_top_n() {
+    let fx = fixture().await;
+    let web = FakeWeb::start().await.expect("fake web");
+    let chat = ScriptedChat::new(&[
+        r#"{"verdict": "incorrect", "rationale": "no passage about the generator"}"#,
+    ]);
+    let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+    let rag = settings(
+        json!({"corrective": {"max_iterations": 0, "web_fallback": {"enabled": true, "max_results": 3}}}),
+    );
+    let components =
+        CorrectiveComponents::for_chat(Some(&chat_dyn)).with_web(Some(web_retriever(&web)));
+    let corrective = pipeline(&rag, fx.deps(Some(chat_dyn.clone()), None), components);
+    let question = RagQuery::new(
+        "How long does the backup generator in building C run?",
+        COLLECTION,
+    )
+    .with_top_n(2);
+    let answer = retrieve_only(&corrective, &question)
+        .await
+        .expect("passages");
+    assert_stopped_before_generation(&answer);
+    let fallback = &steps(&answer, node::WEB_FALLBACK)[0].detail;
+    assert_eq!(fallback["web_chunks"], 2, "{fallback}");
+    let local = fallback["local_chunks"].as_u64().unwrap();
+    assert!(local > 0, "{fallback}");
+    assert_eq!(answer.citations.len(), 2);
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::Web)
+    );
+    let generate = &steps(&answer, node::GENERATE)[0].detail;
+    assert_eq!(generate["capped_by_top_n"], local);
+    assert_eq!(generate["web_passages"], 2);
+    assert_eq!(chat.calls(), 1);
+}
+
+/// The same circuit breaker bounds the retrieval-only topology: a router that always loops
+/// trips it, the trip is traced, and the passages selected so far are the answer. Heuristic
+/// grader and rewriter, no chat model at all.
+#[tokio::test]
+async fn retrieve_only_a_looping_router_trips_the_breaker_and_keeps_the_passages() {
+    let fx = fixture().await;
+    let rag = settings(json!({"corrective": {"max_iterations": 1}}));
+    let corrective = CorrectiveRagPipeline::with_routers(
+        "corrective",
+        resolve_options("corrective", &rag).unwrap(),
+        fx.deps(None, None),
+        CorrectiveComponents {
+            evaluator: Arc::new(HeuristicRetrievalEvaluator),
+            rewriter: Arc::new(HeuristicQueryRewriter),
+            web: None,
+        },
+        Box::new(|_: &RagGraphState| node::REWRITE_QUERY.to_string()),
+        Box::new(|_: &RagGraphState| END.to_string()),
+    )
+    .unwrap();
+    let answer = retrieve_only(&corrective, &query())
+        .await
+        .expect("a loop is never an error");
+    let breaker = steps(&answer, "circuit_breaker");
+    assert_eq!(breaker.len(), 1);
+    assert!(
+        breaker[0].detail["trip"]
+            .as_str()
+            .unwrap()
+            .contains("would run 4 times"),
+        "{}",
+        breaker[0].detail
+    );
+    assert!(
+        breaker[0].detail["degraded_to"]
+            .as_str()
+            .unwrap()
+            .contains("passages selected so far"),
+        "{}",
+        breaker[0].detail
+    );
+    assert_eq!(steps(&answer, node::RETRIEVE).len(), 3);
+    assert_eq!(answer.trace.iterations, Some(3));
+    assert_stopped_before_generation(&answer);
+    assert!(
+        steps(&answer, "graph")[0].detail["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("circuit breaker tripped")
+    );
+    assert!(!answer.citations.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Profiles and adaptive routing
 // ---------------------------------------------------------------------------------------------
 
@@ -878,4 +1273,130 @@ async fn profiles_resolve_and_adaptive_routes_are_traced() {
     assert_eq!(check.detail["grounded"], true);
     assert_eq!(iterative.trace.profile.as_deref(), Some("adaptive"));
     assert_eq!(chat.calls(), 5);
+}
+
+/// Retrieval-only through `adaptive`: each question is routed as by `query`, the route is
+/// traced, and the routed profile's retrieval-only path answers — `balanced` (stages 1–5, its
+/// cross-encoder off here), `corrective` (the graph stopping before generation); the
+/// no-retrieval route retrieves nothing and calls no LLM. The one LLM call is the corrective
+/// grader's (in-process `scripted` chat).
+#[tokio::test]
+async fn adaptive_retrieve_only_delegates_to_the_routed_profile() {
+    let fx = fixture().await;
+    let chat = ScriptedChat::new(&[r#"{"verdict": "correct"}"#]);
+    let chat_dyn: Arc<dyn ChatModel> = chat.clone();
+    let rag = settings(json!({"rerank": {"enabled": false}}));
+    let resolver = ProfileResolver::new(rag, fx.deps(Some(chat_dyn), None), None);
+    register_profiles(&resolver);
+    let adaptive = resolver.resolve("adaptive").unwrap();
+    assert!(adaptive.retriever().is_some());
+    let route = |answer: &RagAnswer| answer.trace.steps[0].clone();
+
+    let hello = retrieve_only(adaptive.as_ref(), &RagQuery::new("Hello!", COLLECTION))
+        .await
+        .unwrap();
+    assert_eq!(hello.trace.route.as_deref(), Some("no-retrieval"));
+    assert_eq!(route(&hello).stage, "route");
+    assert_eq!(route(&hello).detail["delegate"], "direct");
+    assert!(hello.text.is_empty());
+    assert!(hello.citations.is_empty());
+    let generate = &hello.trace.steps[1];
+    assert_eq!(generate.stage, "generate");
+    assert_eq!(generate.detail["skipped"], "retrieval-only");
+    assert_eq!(hello.trace.profile.as_deref(), Some("adaptive"));
+
+    let single = retrieve_only(
+        adaptive.as_ref(),
+        &RagQuery::new("When do Dashboard 3 sessions expire?", COLLECTION).with_top_n(2),
+    )
+    .await
+    .unwrap();
+    assert_eq!(single.trace.route.as_deref(), Some("single-shot"));
+    assert_eq!(route(&single).detail["delegate"], "balanced");
+    assert!(single.trace.steps.iter().any(|s| s.stage == "rerank"));
+    let generate = single
+        .trace
+        .steps
+        .iter()
+        .find(|s| s.stage == "generate")
+        .expect("generate step");
+    assert_eq!(generate.detail["skipped"], "retrieval-only");
+    assert!(single.text.is_empty());
+    assert_eq!(markers(&single), vec![1, 2]);
+    assert_eq!(single.citations[0].source_id, RIGHT_SOURCE);
+    assert_eq!(single.trace.profile.as_deref(), Some("adaptive"));
+
+    let iterative = retrieve_only(
+        adaptive.as_ref(),
+        &RagQuery::new(
+            "What is Heron and how long do its idle sessions last?",
+            COLLECTION,
+        )
+        .with_top_n(2),
+    )
+    .await
+    .unwrap();
+    assert_eq!(iterative.trace.route.as_deref(), Some("iterative"));
+    assert_eq!(route(&iterative).detail["delegate"], "corrective");
+    assert_eq!(iterative.trace.verdicts, vec!["correct"]);
+    let mut delegated = iterative.clone();
+    delegated.trace.steps.remove(0);
+    assert_stopped_before_generation(&delegated);
+    assert_eq!(markers(&iterative), vec![1, 2]);
+    assert_eq!(iterative.trace.profile.as_deref(), Some("adaptive"));
+
+    assert_eq!(chat.calls(), 1);
+    assert!(chat.requests.lock().unwrap()[0].json_mode);
+}
+
+/// A pipeline without a retrieval-only path (a host's), as the routed delegate.
+struct QueryOnlyPipeline;
+
+#[async_trait::async_trait]
+impl RagPipeline for QueryOnlyPipeline {
+    fn name(&self) -> &str {
+        "host-query-only"
+    }
+
+    async fn query(&self, _q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        Err(QueryError::Internal {
+            stage: "test".into(),
+            reason: "a retrieval-only call must never fall back to a full query".into(),
+        })
+    }
+}
+
+struct QueryOnlyDelegates;
+
+impl DelegateSource for QueryOnlyDelegates {
+    fn delegate(&self, _profile: &str) -> Result<Arc<dyn RagPipeline>, QueryError> {
+        Ok(Arc::new(QueryOnlyPipeline))
+    }
+}
+
+/// A routed delegate that cannot retrieve alone fails the retrieval-only call, naming it —
+/// never a full query.
+#[tokio::test]
+async fn adaptive_retrieve_only_fails_when_the_routed_delegate_cannot_retrieve_alone() {
+    let fx = fixture().await;
+    let adaptive = AdaptiveRagPipeline::new(
+        "adaptive",
+        resolve_options("adaptive", &RagSettings::default()).unwrap(),
+        fx.deps(None, None),
+        Arc::new(HeuristicClassifier),
+        Arc::new(QueryOnlyDelegates),
+    );
+    let err = retrieve_only(
+        &adaptive,
+        &RagQuery::new("When do Dashboard 3 sessions expire?", COLLECTION),
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        QueryError::RetrievalOnlyUnsupported { pipeline } => {
+            assert_eq!(pipeline, "host-query-only")
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+    assert!(err.to_string().contains("host-query-only"), "{err}");
 }

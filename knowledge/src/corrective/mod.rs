@@ -1,8 +1,9 @@
 //! Corrective RAG (CRAG) on the crews [`orkeon_crews::graph::StateGraph`] — the engine behind
 //! `process: graph` — behind the same [`crate::query::RagPipeline`] façade as every profile.
 //!
-//! - [`pipeline`]: [`CorrectiveRagPipeline`], the graph, its double bound and the degradation
-//!   of a tripped breaker;
+//! - [`pipeline`]: [`CorrectiveRagPipeline`], the graph in its two topologies ([`GraphMode`]:
+//!   answer, and retrieval-only — stopping before generation, what crews call), its double
+//!   bound and the degradation of a tripped breaker;
 //! - [`state`]: [`RagGraphState`] and the two routers (conditional edges);
 //! - [`nodes`]: the seven nodes (retrieve, evaluate, rewrite_query, refine, web_fallback,
 //!   generate, check_groundedness);
@@ -30,7 +31,9 @@ pub use evaluator::{
     HeuristicRetrievalEvaluator, LlmRetrievalEvaluator, RetrievalEvaluator, RetrievalGrade,
     RetrievalVerdict,
 };
-pub use pipeline::{CorrectiveComponents, CorrectiveRagPipeline, GraphRouter, is_real_llm};
+pub use pipeline::{
+    CorrectiveComponents, CorrectiveRagPipeline, GraphMode, GraphRouter, is_real_llm,
+};
 pub use profiles::{register_profiles, register_profiles_shared};
 pub use rewrite::{HeuristicQueryRewriter, LlmQueryRewriter, QueryRewriter};
 pub use state::RagGraphState;

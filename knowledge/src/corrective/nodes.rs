@@ -4,7 +4,9 @@
 //!
 //! Generation reuses the staged pipeline's stages: [`assemble`] (token budget, edges layout) and
 //! [`GenerateStep`] (the prompt convention, marker clean-up, rank-based `[n]` citations), and
-//! always answers the original question.
+//! always answers the original question. A retrieval-only run ends without the generation nodes
+//! ([`NodeKind::is_generation`]); [`CorrectiveEngine::retrieved_passages`] turns its final
+//! working set into the answer's citations instead.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,11 +22,11 @@ use super::state::{GeneratedAnswer, RagGraphState, RewriteTrigger, node};
 use crate::embed::TokenCounter;
 use crate::query::QueryError;
 use crate::query::assemble::assemble;
-use crate::query::generate::{GenerateStep, no_context_answer};
+use crate::query::generate::{GenerateStep, all_citations, no_context_answer};
 use crate::query::options::RagOptions;
 use crate::query::pipeline::PipelineDeps;
 use crate::store::{SearchMode, SearchRequest};
-use crate::types::{ScoreOrigin, ScoredChunk};
+use crate::types::{Citation, ScoreOrigin, ScoredChunk};
 use crate::web::WebDocumentRetriever;
 
 /// What the nodes run with.
@@ -349,6 +351,50 @@ impl CorrectiveEngine {
         Ok(())
     }
 
+    /// The end of a retrieval-only run: the final working set (after `refine` when it ran; web
+    /// chunks first after a web fallback) capped at the run's `top_n` and held to the context
+    /// budget, as citations `[1]`..`[n]` in rank order — the shape of the staged pipeline's
+    /// retrieval-only answer. Traces `generate` and `check_groundedness` as skipped on purpose:
+    /// no LLM call.
+    pub fn retrieved_passages(&self, s: &mut RagGraphState) -> Vec<Citation> {
+        let started = Instant::now();
+        let o = &self.options;
+        let mut selected = s.working.clone();
+        let capped_by_top_n = selected.len().saturating_sub(s.top_n);
+        selected.truncate(s.top_n);
+        let context = assemble(
+            selected,
+            o.context.max_tokens,
+            o.context.ordering,
+            self.tokens.as_ref(),
+        );
+        let web_passages = context
+            .chunks
+            .iter()
+            .filter(|c| c.origin == ScoreOrigin::Web)
+            .count();
+        let detail = json!({
+            "skipped": "retrieval-only",
+            "reason": "retrieval-only call: the graph stopped before generation on purpose (no LLM call); the answer cites its selected passages",
+            "model": null,
+            "passages": context.chunks.len(),
+            "top_n": s.top_n,
+            "capped_by_top_n": capped_by_top_n,
+            "dropped_by_budget": context.dropped_by_budget,
+            "tokens": context.tokens,
+            "web_passages": web_passages,
+            "sources": sources(&context.chunks),
+        });
+        push(s, node::GENERATE, started, detail);
+        push(
+            s,
+            node::CHECK_GROUNDEDNESS,
+            Instant::now(),
+            json!({"skipped": "retrieval-only"}),
+        );
+        all_citations(&context)
+    }
+
     async fn check_groundedness(&self, s: &mut RagGraphState) -> Result<(), NodeError> {
         let started = Instant::now();
         s.groundedness = None;
@@ -415,6 +461,12 @@ impl NodeKind {
         NodeKind::Generate,
         NodeKind::CheckGroundedness,
     ];
+
+    /// Whether the node belongs to the generation half (`generate`, `check_groundedness`),
+    /// which a retrieval-only run never reaches.
+    pub fn is_generation(self) -> bool {
+        matches!(self, NodeKind::Generate | NodeKind::CheckGroundedness)
+    }
 
     pub fn name(self) -> &'static str {
         match self {

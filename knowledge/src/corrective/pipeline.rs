@@ -1,7 +1,7 @@
 //! [`CorrectiveRagPipeline`]: CRAG as a [`StateGraph<RagGraphState>`] — the same engine as
 //! `process: graph` — behind the [`RagPipeline`] façade.
 //!
-//! Topology (the reference's, node for node):
+//! Topology of an answer ([`GraphMode::Answer`]; the reference's, node for node):
 //!
 //! - start → `retrieve` → `evaluate`;
 //! - after `evaluate` (conditional): Correct → `generate`; Ambiguous → `refine` → `generate`;
@@ -24,14 +24,25 @@
 //! them) and `rag.groundedness.enabled` (the graph runs its own `check_groundedness` node
 //! whenever a checker is available); a configured value is reported with a warning.
 //!
-//! Not [`crate::query::RetrieveOnly`]: the graph interleaves retrieval evaluation with
-//! generation, so "retrieval only" is not a prefix of its run.
+//! Retrieval only ([`crate::query::RetrieveOnly`], what crews call for their knowledge blocks):
+//! a second topology of the same graph ([`GraphMode::RetrieveOnly`]), built from the same
+//! nodes and routers and run under the same bounds, that stops before generation — the routes
+//! to `generate` end the run instead (Correct → end; Ambiguous → `refine` → end; Incorrect
+//! with budget left → `rewrite_query` → `retrieve`; Incorrect with the budget exhausted →
+//! `web_fallback` → end). No `generate`, no `check_groundedness`, no LLM generation call (the
+//! evaluator and the rewriter still call theirs when they are LLM-backed). The answer's text
+//! is empty; its citations are the final selected passages (after `refine` when it ran) in
+//! rank order, `[1]`..`[n]`, capped at the query's `top_n` (else the profile's) and held to
+//! the context budget; the trace keeps every `corrective:*` step, traces `generate` and
+//! `check_groundedness` as skipped (`"skipped": "retrieval-only"`), and ends with the
+//! `corrective:graph` summary (`mode: retrieve-only`). A tripped breaker degrades to the
+//! passages selected so far.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use orkeon_crews::graph::{CircuitBreakerPolicy, GraphOutcome, StateGraph};
+use orkeon_crews::graph::{BreakerTrip, CircuitBreakerPolicy, END, GraphOutcome, StateGraph};
 use orkeon_crews::ports::{ChatError, ChatModel};
 use serde_json::json;
 use tracing::Instrument;
@@ -43,13 +54,34 @@ use super::state::{RagGraphState, node, route_after_evaluate, route_after_ground
 use crate::query::groundedness::default_checker;
 use crate::query::options::{RagOptions, resolve_options};
 use crate::query::pipeline::PipelineDeps;
-use crate::query::{QueryError, RagPipeline, RagQuery};
+use crate::query::{QueryError, RagPipeline, RagQuery, RetrieveOnly};
 use crate::settings::RagSettings;
 use crate::types::{RagAnswer, RagTrace};
 use crate::web::{WebDocumentRetriever, WebSearchRetriever};
 
 /// A conditional edge of the graph (a router reading the state).
 pub type GraphRouter = Box<dyn Fn(&RagGraphState) -> String + Send + Sync>;
+
+/// A router shared by both topologies.
+type SharedRouter = Arc<dyn Fn(&RagGraphState) -> String + Send + Sync>;
+
+/// Which topology of the graph a run takes (both are built once, with the pipeline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphMode {
+    /// The full CRAG run, through `generate` and `check_groundedness`.
+    Answer,
+    /// Stops before generation: the routes that lead to `generate` end the run.
+    RetrieveOnly,
+}
+
+impl GraphMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraphMode::Answer => "answer",
+            GraphMode::RetrieveOnly => "retrieve-only",
+        }
+    }
+}
 
 /// Kept here too for callers of `corrective::is_real_llm`.
 pub use crate::query::is_real_llm;
@@ -96,8 +128,70 @@ impl CorrectiveComponents {
 /// The corrective profile's pipeline (see the module documentation).
 pub struct CorrectiveRagPipeline {
     engine: Arc<CorrectiveEngine>,
+    /// [`GraphMode::Answer`].
     graph: StateGraph<RagGraphState>,
+    /// [`GraphMode::RetrieveOnly`]: the same nodes and routers, stopping before generation.
+    retrieval_graph: StateGraph<RagGraphState>,
     policy: CircuitBreakerPolicy,
+}
+
+/// One topology of the corrective graph over `engine`'s nodes.
+fn build_graph(
+    mode: GraphMode,
+    engine: &Arc<CorrectiveEngine>,
+    after_evaluate: &SharedRouter,
+    after_groundedness: &SharedRouter,
+) -> Result<StateGraph<RagGraphState>, QueryError> {
+    let mut graph = StateGraph::new(node::RETRIEVE);
+    for kind in NodeKind::ALL {
+        if mode == GraphMode::RetrieveOnly && kind.is_generation() {
+            continue;
+        }
+        graph.add_node(
+            kind.name(),
+            CorrectiveNode {
+                kind,
+                engine: engine.clone(),
+            },
+        );
+    }
+    graph
+        .add_edge(node::RETRIEVE, node::EVALUATE)
+        .add_edge(node::REWRITE_QUERY, node::RETRIEVE);
+    match mode {
+        GraphMode::Answer => {
+            let after_evaluate = after_evaluate.clone();
+            let after_groundedness = after_groundedness.clone();
+            graph
+                .add_conditional_edge(node::EVALUATE, move |s: &RagGraphState| after_evaluate(s))
+                .add_edge(node::REFINE, node::GENERATE)
+                .add_edge(node::WEB_FALLBACK, node::GENERATE)
+                .add_edge(node::GENERATE, node::CHECK_GROUNDEDNESS)
+                .add_conditional_edge(node::CHECK_GROUNDEDNESS, move |s: &RagGraphState| {
+                    after_groundedness(s)
+                });
+        }
+        GraphMode::RetrieveOnly => {
+            // The same router; where it would generate, the run ends.
+            let after_evaluate = after_evaluate.clone();
+            graph
+                .add_conditional_edge(node::EVALUATE, move |s: &RagGraphState| {
+                    let next = after_evaluate(s);
+                    if next == node::GENERATE {
+                        END.to_string()
+                    } else {
+                        next
+                    }
+                })
+                .add_edge(node::REFINE, END)
+                .add_edge(node::WEB_FALLBACK, END);
+        }
+    }
+    graph.validate().map_err(|e| QueryError::Setup {
+        component: format!("the corrective graph ({})", mode.as_str()),
+        reason: e.to_string(),
+    })?;
+    Ok(graph)
 }
 
 impl CorrectiveRagPipeline {
@@ -118,9 +212,9 @@ impl CorrectiveRagPipeline {
         )
     }
 
-    /// Builds the graph with the given conditional edges (the reference routers are
-    /// [`route_after_evaluate`] and [`route_after_groundedness`]; others exist to prove that the
-    /// circuit breaker holds when routing is broken).
+    /// Builds the graph's two topologies ([`GraphMode`]) with the given conditional edges (the
+    /// reference routers are [`route_after_evaluate`] and [`route_after_groundedness`]; others
+    /// exist to prove that the circuit breaker holds when routing is broken).
     pub fn with_routers(
         name: &str,
         options: RagOptions,
@@ -158,28 +252,20 @@ impl CorrectiveRagPipeline {
             web: components.web,
             tokens,
         });
-        let mut graph = StateGraph::new(node::RETRIEVE);
-        for kind in NodeKind::ALL {
-            graph.add_node(
-                kind.name(),
-                CorrectiveNode {
-                    kind,
-                    engine: engine.clone(),
-                },
-            );
-        }
-        graph
-            .add_edge(node::RETRIEVE, node::EVALUATE)
-            .add_conditional_edge(node::EVALUATE, after_evaluate)
-            .add_edge(node::REWRITE_QUERY, node::RETRIEVE)
-            .add_edge(node::REFINE, node::GENERATE)
-            .add_edge(node::WEB_FALLBACK, node::GENERATE)
-            .add_edge(node::GENERATE, node::CHECK_GROUNDEDNESS)
-            .add_conditional_edge(node::CHECK_GROUNDEDNESS, after_groundedness);
-        graph.validate().map_err(|e| QueryError::Setup {
-            component: "the corrective graph".into(),
-            reason: e.to_string(),
-        })?;
+        let after_evaluate: SharedRouter = Arc::from(after_evaluate);
+        let after_groundedness: SharedRouter = Arc::from(after_groundedness);
+        let graph = build_graph(
+            GraphMode::Answer,
+            &engine,
+            &after_evaluate,
+            &after_groundedness,
+        )?;
+        let retrieval_graph = build_graph(
+            GraphMode::RetrieveOnly,
+            &engine,
+            &after_evaluate,
+            &after_groundedness,
+        )?;
         tracing::debug!(
             pipeline = name,
             evaluator = engine.evaluator.name(),
@@ -191,6 +277,7 @@ impl CorrectiveRagPipeline {
         Ok(Self {
             engine,
             graph,
+            retrieval_graph,
             policy,
         })
     }
@@ -236,7 +323,8 @@ impl CorrectiveRagPipeline {
         &self.policy
     }
 
-    async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+    /// One run of the `mode` topology.
+    async fn run(&self, q: &RagQuery, mode: GraphMode) -> Result<RagAnswer, QueryError> {
         q.check()?;
         let started = Instant::now();
         let options = &self.engine.options;
@@ -250,40 +338,16 @@ impl CorrectiveRagPipeline {
             options.corrective.max_iterations,
             trace,
         );
-        let run = self.graph.run(state, &self.policy).await;
+        let graph = match mode {
+            GraphMode::Answer => &self.graph,
+            GraphMode::RetrieveOnly => &self.retrieval_graph,
+        };
+        let run = graph.run(state, &self.policy).await;
         let mut s = run.state;
         match &run.outcome {
             GraphOutcome::Completed => {}
             GraphOutcome::CircuitBroken(trip) => {
-                tracing::warn!(%trip, path = ?run.path, "corrective graph circuit breaker tripped: best-effort answer");
-                let generated = s.answer.is_some();
-                s.trace.push(
-                    "corrective:circuit_breaker",
-                    0.0,
-                    json!({
-                        "trip": trip.to_string(),
-                        "iteration": s.rewrites,
-                        "nodes_run": run.path.len(),
-                        "max_transitions": self.policy.max_transitions,
-                        "max_state_visits": self.policy.max_state_visits,
-                        "degraded_to": if generated { "last generated answer" } else { "generation outside the graph" },
-                    }),
-                );
-                if !generated {
-                    if s.working.is_empty() {
-                        s.working = s.best.clone();
-                    }
-                    let limit = self.policy.per_state_timeout;
-                    match tokio::time::timeout(limit, self.engine.generate(&mut s, true)).await {
-                        Ok(result) => result?,
-                        Err(_) => {
-                            return Err(QueryError::Chat {
-                                stage: "corrective:generate (best effort)".into(),
-                                source: ChatError::Timeout(limit.as_millis() as u64),
-                            });
-                        }
-                    }
-                }
+                self.degrade(&mut s, mode, trip, &run.path).await?;
             }
             GraphOutcome::NodeFailed { node, error } => {
                 return Err(s.error.take().unwrap_or_else(|| QueryError::Internal {
@@ -298,20 +362,27 @@ impl CorrectiveRagPipeline {
                 });
             }
         }
-        let Some(answer) = s.answer.take() else {
-            return Err(QueryError::Internal {
-                stage: "the corrective graph".into(),
-                reason: format!(
-                    "the run ended without an answer (path: {})",
-                    run.path.join(" → ")
-                ),
-            });
+        let (text, citations) = match mode {
+            GraphMode::Answer => {
+                let Some(answer) = s.answer.take() else {
+                    return Err(QueryError::Internal {
+                        stage: "the corrective graph".into(),
+                        reason: format!(
+                            "the run ended without an answer (path: {})",
+                            run.path.join(" → ")
+                        ),
+                    });
+                };
+                (answer.text, answer.citations)
+            }
+            GraphMode::RetrieveOnly => (String::new(), self.engine.retrieved_passages(&mut s)),
         };
         s.trace.iterations = Some(s.rewrites);
         s.trace.push(
             "corrective:graph",
             started.elapsed().as_secs_f64() * 1000.0,
             json!({
+                "mode": mode.as_str(),
                 "outcome": run.outcome.to_string(),
                 "path": run.path,
                 "iterations": s.rewrites,
@@ -323,10 +394,59 @@ impl CorrectiveRagPipeline {
             }),
         );
         Ok(RagAnswer {
-            text: answer.text,
-            citations: answer.citations,
+            text,
+            citations,
             trace: s.trace,
         })
+    }
+
+    /// A tripped breaker: traced, then the best effort of the mode — the last generated answer
+    /// or a generation outside the graph (bounded by the per-node timeout) over the best chunks
+    /// seen; in retrieval-only mode, the passages selected so far (the best seen when none are).
+    async fn degrade(
+        &self,
+        s: &mut RagGraphState,
+        mode: GraphMode,
+        trip: &BreakerTrip,
+        path: &[String],
+    ) -> Result<(), QueryError> {
+        tracing::warn!(%trip, ?path, mode = mode.as_str(), "corrective graph circuit breaker tripped: best-effort answer");
+        let generated = s.answer.is_some();
+        let degraded_to = match mode {
+            GraphMode::RetrieveOnly => {
+                "the passages selected so far (retrieval-only: no generation)"
+            }
+            GraphMode::Answer if generated => "last generated answer",
+            GraphMode::Answer => "generation outside the graph",
+        };
+        s.trace.push(
+            "corrective:circuit_breaker",
+            0.0,
+            json!({
+                "trip": trip.to_string(),
+                "iteration": s.rewrites,
+                "nodes_run": path.len(),
+                "max_transitions": self.policy.max_transitions,
+                "max_state_visits": self.policy.max_state_visits,
+                "degraded_to": degraded_to,
+            }),
+        );
+        if s.working.is_empty() {
+            s.working = s.best.clone();
+        }
+        if mode == GraphMode::Answer && !generated {
+            let limit = self.policy.per_state_timeout;
+            match tokio::time::timeout(limit, self.engine.generate(s, true)).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    return Err(QueryError::Chat {
+                        stage: "corrective:generate (best effort)".into(),
+                        source: ChatError::Timeout(limit.as_millis() as u64),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -338,6 +458,18 @@ impl RagPipeline for CorrectiveRagPipeline {
 
     async fn query(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
         let span = tracing::info_span!("rag_query", pipeline = %self.engine.name, collection = %q.collection);
-        self.run(q).instrument(span).await
+        self.run(q, GraphMode::Answer).instrument(span).await
+    }
+
+    fn retriever(&self) -> Option<&dyn RetrieveOnly> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl RetrieveOnly for CorrectiveRagPipeline {
+    async fn retrieve(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        let span = tracing::info_span!("rag_retrieve", pipeline = %self.engine.name, collection = %q.collection);
+        self.run(q, GraphMode::RetrieveOnly).instrument(span).await
     }
 }

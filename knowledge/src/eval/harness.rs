@@ -2,8 +2,9 @@
 //! profile over the same collection, case by case, with bounded concurrency.
 //!
 //! Retrieval metrics come from each profile's retrieval-only path with `top_n = retrieve_k`
-//! (no generation call). A profile that cannot retrieve alone (the corrective graph) runs its
-//! full query instead and is ranked by its citations; the report says so. With
+//! (no generation call; the corrective graph stops before generation, adaptive uses the routed
+//! profile's path). A pipeline that cannot retrieve alone (a host's) runs its full query instead
+//! and is ranked by its citations; the report says so. With
 //! `generate: true`, every case also runs the profile's normal full query (its own `top_n`)
 //! and the answer is judged (see [`super::judge`]).
 //!
@@ -142,11 +143,17 @@ fn add_trace_stages(stage_ms: &mut BTreeMap<String, f64>, prefix: &str, trace: &
     }
 }
 
+/// Passages the context budget dropped from a retrieval: the staged `assemble` stage, or the
+/// corrective graph's retrieval-only ending (its skipped `corrective:generate` step).
 fn dropped_by_budget(trace: &RagTrace) -> usize {
     trace
         .steps
         .iter()
-        .filter(|s| s.stage == "assemble")
+        .filter(|s| {
+            s.stage == "assemble"
+                || (s.stage == "corrective:generate"
+                    && s.detail.get("skipped").and_then(|v| v.as_str()) == Some("retrieval-only"))
+        })
         .filter_map(|s| s.detail.get("dropped_by_budget").and_then(|v| v.as_u64()))
         .sum::<u64>() as usize
 }
@@ -562,5 +569,30 @@ impl EvalHarness {
             stage_ms,
             notes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn budget_drops_count_the_staged_assemble_and_the_corrective_retrieval_only_ending() {
+        let mut trace = RagTrace::default();
+        trace.push("assemble", 0.0, json!({"dropped_by_budget": 2}));
+        trace.push(
+            "corrective:generate",
+            0.0,
+            json!({"skipped": "retrieval-only", "dropped_by_budget": 3}),
+        );
+        // A generation's own budget is not the ranking's.
+        trace.push(
+            "corrective:generate",
+            0.0,
+            json!({"model": "scripted", "dropped_by_budget": 5}),
+        );
+        assert_eq!(dropped_by_budget(&trace), 5);
     }
 }

@@ -22,8 +22,8 @@ pub const RECALL_KS: [usize; 5] = [1, 3, 5, 10, 100];
 pub enum RetrievalPath {
     /// The pipeline's retrieval-only capability (no generation call).
     RetrieveOnly,
-    /// The pipeline cannot retrieve alone (e.g. corrective): its full query, ranked by its
-    /// citations.
+    /// The pipeline cannot retrieve alone (e.g. a host's pipeline): its full query, ranked by
+    /// its citations.
     FullQuery,
 }
 

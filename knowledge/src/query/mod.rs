@@ -120,9 +120,10 @@ pub trait RagPipeline: Send + Sync {
     }
 }
 
-/// The retrieval half of a pipeline (transform → retrieve → fuse → rerank → assemble), with no
-/// LLM call for generation. The answer's text is empty and its citations are the assembled
-/// passages in rank order; the trace carries a `generate` step saying it was skipped.
+/// The retrieval half of a pipeline (staged: transform → retrieve → fuse → rerank → assemble;
+/// corrective: the graph stopping before generation), with no LLM call for generation. The
+/// answer's text is empty and its citations are the selected passages in rank order; the trace
+/// carries a `generate` step saying it was skipped.
 #[async_trait]
 pub trait RetrieveOnly: Send + Sync {
     async fn retrieve(&self, q: &RagQuery) -> Result<RagAnswer, QueryError>;
@@ -189,7 +190,7 @@ pub enum QueryError {
     #[error("groundedness checker '{checker}' failed: {reason}")]
     Groundedness { checker: String, reason: String },
     #[error(
-        "pipeline '{pipeline}' cannot run retrieval alone (it interleaves retrieval with generation); use a staged profile (fast, balanced, quality) for retrieval-only calls"
+        "pipeline '{pipeline}' cannot run retrieval alone; use a built-in profile (fast, balanced, quality, corrective, adaptive) for retrieval-only calls"
     )]
     RetrievalOnlyUnsupported { pipeline: String },
     #[error("building {component} failed: {reason}")]

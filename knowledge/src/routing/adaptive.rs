@@ -10,6 +10,14 @@
 //! iterative builder it is given. Either way a delegate is built on first use, so an
 //! unavailable `balanced` (its ONNX reranker) only fails the questions routed to it.
 //!
+//! Retrieval only ([`RetrieveOnly`], what crews call for their knowledge blocks): the question is
+//! routed exactly as by `query`, the same `route` step opens the trace, and the routed
+//! delegate's own retrieval-only path answers (`balanced`: stages 1–5; `corrective`: the graph
+//! stopping before generation). The no-retrieval route retrieves nothing and makes no LLM call:
+//! an empty answer without citations, its `generate` step saying why. A delegate that cannot
+//! retrieve alone fails with [`QueryError::RetrievalOnlyUnsupported`] naming it — never a
+//! silent full query.
+//!
 //! Routing sits below the corrective graph: it names the iterative delegate, the `corrective`
 //! module registers the builder behind that name.
 
@@ -21,12 +29,12 @@ use async_trait::async_trait;
 use serde_json::json;
 use tracing::Instrument;
 
-use super::{QueryComplexityClassifier, QueryRoute, build_classifier};
+use super::{QueryComplexityClassifier, QueryRoute, RouteDecision, build_classifier};
 use crate::query::generate::GenerateStep;
 use crate::query::options::{RagOptions, resolve_options};
 use crate::query::pipeline::PipelineDeps;
 use crate::query::profiles::{PipelineBuilder, ProfileResolver, staged_profile};
-use crate::query::{QueryError, RagPipeline, RagQuery};
+use crate::query::{QueryError, RagPipeline, RagQuery, RetrieveOnly};
 use crate::settings::RagSettings;
 use crate::types::{RagAnswer, RagTrace, TraceStep};
 
@@ -180,10 +188,8 @@ impl AdaptiveRagPipeline {
         Ok(reply.content.trim().to_string())
     }
 
-    async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
-        if q.text.trim().is_empty() {
-            return Err(QueryError::EmptyQuestion);
-        }
+    /// Classifies `q` and builds the `route` trace step (the same for `query` and `retrieve`).
+    async fn route(&self, q: &RagQuery) -> (RouteDecision, &'static str, TraceStep) {
         let started = Instant::now();
         let decision = self.classifier.classify(&q.text).await;
         let delegate = match decision.route {
@@ -204,10 +210,25 @@ impl AdaptiveRagPipeline {
                 "fallback": decision.fallback,
             }),
         };
-        let mut answer = match decision.route {
+        (decision, delegate, route_step)
+    }
+
+    /// Labels a routed answer: the route step first, this pipeline's profile, the route.
+    fn routed(&self, mut answer: RagAnswer, route: QueryRoute, route_step: TraceStep) -> RagAnswer {
+        answer.trace.steps.insert(0, route_step);
+        answer.trace.profile = Some(self.name.clone());
+        answer.trace.route = Some(route.as_str().to_string());
+        answer
+    }
+
+    async fn run(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        if q.text.trim().is_empty() {
+            return Err(QueryError::EmptyQuestion);
+        }
+        let (decision, delegate, route_step) = self.route(q).await;
+        let answer = match decision.route {
             QueryRoute::NoRetrieval => {
                 let mut trace = RagTrace::default();
-                trace.steps.push(route_step);
                 let text = self.direct_answer(q, &mut trace).await?;
                 RagAnswer {
                     text,
@@ -216,15 +237,47 @@ impl AdaptiveRagPipeline {
                 }
             }
             QueryRoute::SingleShot | QueryRoute::Iterative => {
-                let pipeline = self.delegates.delegate(delegate)?;
-                let mut answer = pipeline.query(q).await?;
-                answer.trace.steps.insert(0, route_step);
-                answer
+                self.delegates.delegate(delegate)?.query(q).await?
             }
         };
-        answer.trace.profile = Some(self.name.clone());
-        answer.trace.route = Some(decision.route.as_str().to_string());
-        Ok(answer)
+        Ok(self.routed(answer, decision.route, route_step))
+    }
+
+    async fn run_retrieve_only(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        q.check()?;
+        let (decision, delegate, route_step) = self.route(q).await;
+        let answer = match decision.route {
+            QueryRoute::NoRetrieval => {
+                let mut trace = RagTrace::default();
+                trace.push(
+                    "generate",
+                    0.0,
+                    json!({
+                        "skipped": "retrieval-only",
+                        "reason": "retrieval-only call on the no-retrieval route: the question needs no documents, so nothing was retrieved and no LLM was called",
+                        "route": QueryRoute::NoRetrieval.as_str(),
+                        "model": null,
+                        "passages": 0,
+                    }),
+                );
+                RagAnswer {
+                    text: String::new(),
+                    citations: Vec::new(),
+                    trace,
+                }
+            }
+            QueryRoute::SingleShot | QueryRoute::Iterative => {
+                let pipeline = self.delegates.delegate(delegate)?;
+                let retriever =
+                    pipeline
+                        .retriever()
+                        .ok_or_else(|| QueryError::RetrievalOnlyUnsupported {
+                            pipeline: pipeline.name().to_string(),
+                        })?;
+                retriever.retrieve(q).await?
+            }
+        };
+        Ok(self.routed(answer, decision.route, route_step))
     }
 }
 
@@ -238,5 +291,18 @@ impl RagPipeline for AdaptiveRagPipeline {
         let span =
             tracing::info_span!("rag_query", pipeline = %self.name, collection = %q.collection);
         self.run(q).instrument(span).await
+    }
+
+    fn retriever(&self) -> Option<&dyn RetrieveOnly> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl RetrieveOnly for AdaptiveRagPipeline {
+    async fn retrieve(&self, q: &RagQuery) -> Result<RagAnswer, QueryError> {
+        let span =
+            tracing::info_span!("rag_retrieve", pipeline = %self.name, collection = %q.collection);
+        self.run_retrieve_only(q).instrument(span).await
     }
 }

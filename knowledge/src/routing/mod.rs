@@ -10,7 +10,8 @@
 //! [`heuristic`]) and `llm` (one constrained chat call — [`llm_classifier`]; without a real LLM,
 //! or when its answer cannot be read, the heuristic decides, with a warning). The decision is
 //! always traced: a `route` step carrying classifier, route, delegate and reason, and
-//! `RagTrace.route`.
+//! `RagTrace.route`. Retrieval-only calls are routed the same way and answered by the routed
+//! delegate's retrieval-only path (see [`adaptive`]).
 
 pub mod adaptive;
 pub mod heuristic;
