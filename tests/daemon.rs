@@ -200,6 +200,11 @@ fn daemon_runs_crews_with_cited_knowledge_hot_reloads_and_keeps_runs() {
         .cloned()
         .expect("first run survives the restart");
     assert_eq!(found["state"], "finished");
+    // Each completed task's citation facts and groundedness are on the run itself.
+    let task = &found["tasks"][0];
+    assert!(task["cited"].as_u64().unwrap_or(0) >= 1, "{found}");
+    assert_eq!(task["groundedness"]["checker"], "heuristic", "{found}");
+    assert!(task["groundedness"]["score"].is_number(), "{found}");
     drop(daemon);
 }
 

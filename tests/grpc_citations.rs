@@ -3,6 +3,8 @@
 //! scripted OpenAI-compatible server, which answers "…[9]." though the agent was given fewer
 //! passages; a client reads the facts from `WatchRun` alone: the marker was dangling and removed,
 //! the output is uncited, and under `citations: required` the task and the run are degraded.
+//! A crew on a real LLM has its cited output judged by that LLM (the groundedness checker the
+//! query pipeline uses), and the run record `GetRun` returns carries the verdict.
 
 mod support;
 
@@ -41,15 +43,12 @@ kickoff: {{ on_load: false, inputs: {{ question: "How long is the warranty?" }} 
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dangling_markers_and_uncited_output_reach_watch_run() {
-    let llm = ScriptedLlmServer::start(vec![ScriptRule {
-        when_contains: None,
-        reply: ScriptReply::Text("The warranty lasts two years [9].".into()),
-        times: None,
-    }])
-    .await
-    .expect("scripted LLM server");
+/// A daemon with the `phantom` crew over the scripted LLM `rules`; the run's events, streamed
+/// over `WatchRun` to its end, and the run record `GetRun` returns after it.
+async fn run_phantom(rules: Vec<ScriptRule>) -> (Vec<serde_json::Value>, pb::Run) {
+    let llm = ScriptedLlmServer::start(rules)
+        .await
+        .expect("scripted LLM server");
     let work = tempfile::tempdir().expect("tempdir");
     let crews = work.path().join("crews");
     fs::create_dir_all(crews.join("kb")).expect("mkdir");
@@ -91,6 +90,27 @@ async fn dangling_markers_and_uncited_output_reach_watch_run() {
     {
         events.push(serde_json::from_str::<serde_json::Value>(&event.json).expect("json"));
     }
+    let run = client
+        .get_run(pb::GetRunRequest { run_id })
+        .await
+        .expect("get run")
+        .into_inner();
+    assert!(
+        !llm.requests().is_empty(),
+        "the scripted server was never asked"
+    );
+    daemon.terminate();
+    (events, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dangling_markers_and_uncited_output_reach_watch_run() {
+    let (events, _) = run_phantom(vec![ScriptRule {
+        when_contains: None,
+        reply: ScriptReply::Text("The warranty lasts two years [9].".into()),
+        times: None,
+    }])
+    .await;
 
     let retrieval = events
         .iter()
@@ -119,9 +139,41 @@ async fn dangling_markers_and_uncited_output_reach_watch_run() {
     let finished = events.last().expect("events");
     assert_eq!(finished["type"], "run_finished");
     assert_eq!(finished["status"], "degraded", "{finished}");
-    assert!(
-        !llm.requests().is_empty(),
-        "the scripted server was never asked"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crew_on_a_real_llm_is_judged_by_the_llm_and_the_run_record_says_so() {
+    let (events, run) = run_phantom(vec![
+        ScriptRule {
+            when_contains: Some("Answer to check".into()),
+            reply: ScriptReply::Text(
+                r#"{"grounded": false, "score": 0.25, "unsupported_claims": ["It is blue."]}"#
+                    .into(),
+            ),
+            times: None,
+        },
+        ScriptRule {
+            when_contains: None,
+            reply: ScriptReply::Text("The warranty lasts two years [1]. It is blue.".into()),
+            times: None,
+        },
+    ])
+    .await;
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "task_completed")
+        .unwrap_or_else(|| panic!("no task_completed event: {events:?}"));
+    let verdict = &completed["output"]["groundedness"];
+    assert_eq!(verdict["checker"], "llm", "{completed}");
+    assert_eq!(verdict["grounded"], false, "{completed}");
+    assert_eq!(
+        verdict["unsupported_claims"][0], "It is blue.",
+        "{completed}"
     );
-    daemon.terminate();
+    // The run record carries the same facts (what `crew runs --json` prints).
+    let task = run.tasks.first().expect("a task summary on the run");
+    assert_eq!(task.cited, 1);
+    let g = task.groundedness.as_ref().expect("scored");
+    assert_eq!((g.checker.as_str(), g.grounded), ("llm", false));
+    assert!((g.score - 0.25).abs() < 1e-6);
 }

@@ -16,6 +16,11 @@ use orkeon_crews::spec::{CrewSpec, DegradedPolicy};
 use tokio::sync::watch;
 
 use crate::actors::AgentPool;
+
+/// Makes the groundedness check of one run from its chat model (an LLM judge when the crew's
+/// model is a real LLM, the heuristic checker otherwise).
+pub type GroundednessFactory =
+    Arc<dyn Fn(&Arc<dyn ChatModel>) -> Arc<dyn GroundednessCheck> + Send + Sync>;
 use crate::registry::CrewRegistry;
 use crate::runs::{RunRecord, RunStoreError, Runs, now};
 
@@ -46,7 +51,7 @@ pub struct CrewEngine {
     pub runs: Arc<Runs>,
     knowledge: Arc<dyn KnowledgeService>,
     /// Scores cited task outputs; `None`: outputs are not scored.
-    groundedness: Option<Arc<dyn GroundednessCheck>>,
+    groundedness: Option<GroundednessFactory>,
     llm: LlmSettings,
     templates: Arc<PromptTemplates>,
     active: Mutex<HashMap<String, ActiveRun>>,
@@ -106,10 +111,10 @@ impl CrewEngine {
         }
     }
 
-    /// Scores every cited task output of every run with `check` (the `task_completed` event
-    /// carries the verdict).
-    pub fn with_groundedness(mut self, check: Arc<dyn GroundednessCheck>) -> Self {
-        self.groundedness = Some(check);
+    /// Scores every cited task output of every run with the checker `factory` makes for the
+    /// run's chat model (the `task_completed` event and the run record carry the verdict).
+    pub fn with_groundedness(mut self, factory: GroundednessFactory) -> Self {
+        self.groundedness = Some(factory);
         self
     }
 
@@ -187,6 +192,7 @@ impl CrewEngine {
             final_output: None,
             idempotency_key,
             last_seq: 0,
+            tasks: Vec::new(),
         };
         let (record, created) = self.runs.create(record)?;
         if !created {
@@ -356,10 +362,10 @@ impl CrewEngine {
             crew: spec.clone(),
             inputs,
             runner: pool.clone(),
-            manager: Some(chat),
+            manager: Some(chat.clone()),
             events: sink.clone(),
             cancel,
-            groundedness: self.groundedness.clone(),
+            groundedness: self.groundedness.as_ref().map(|make| make(&chat)),
             ledger: Default::default(),
         })
         .await;

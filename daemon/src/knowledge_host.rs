@@ -8,10 +8,8 @@ use anyhow::Context;
 use orkeon_crews::ports::ChatModel;
 use orkeon_knowledge::embed::{Embedder, build_embedder};
 use orkeon_knowledge::ingest::IngestionPipeline;
-use orkeon_knowledge::query::{
-    GroundednessChecker, HeuristicGroundednessChecker, LlmGroundednessChecker, PipelineDeps,
-    ProfileResolver, RerankerFactory, TransformerFactory,
-};
+use orkeon_knowledge::query::groundedness::default_checker;
+use orkeon_knowledge::query::{PipelineDeps, ProfileResolver, RerankerFactory, TransformerFactory};
 use orkeon_knowledge::settings::EmbeddingSettings;
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
 
@@ -87,12 +85,7 @@ impl KnowledgeHost {
     /// Dependencies of the query pipelines. An LLM groundedness checker needs a real chat
     /// model; with the offline extractive model (or none) the heuristic checker is used.
     pub fn pipeline_deps(&self, chat: Option<Arc<dyn ChatModel>>) -> PipelineDeps {
-        let groundedness: Arc<dyn GroundednessChecker> = match &chat {
-            Some(model) if !model.name().eq_ignore_ascii_case("extractive") => {
-                Arc::new(LlmGroundednessChecker::new(model.clone()))
-            }
-            _ => Arc::new(HeuristicGroundednessChecker::default()),
-        };
+        let groundedness = default_checker(chat.clone());
         PipelineDeps {
             store: self.store.clone() as Arc<dyn DocumentStore>,
             embedder: self.embedder.clone(),

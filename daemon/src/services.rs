@@ -9,7 +9,8 @@ use orkeon_agents::prompts::PromptTemplates;
 use orkeon_crews::ports::KnowledgeService;
 use orkeon_knowledge::crew_groundedness::CrewGroundedness;
 use orkeon_knowledge::crew_knowledge::{CollectionGates, CrewKnowledge};
-use orkeon_knowledge::query::{HeuristicGroundednessChecker, ProfileResolver};
+use orkeon_knowledge::query::ProfileResolver;
+use orkeon_knowledge::query::groundedness::default_checker;
 
 use crate::actors::Augmenter;
 use crate::config::Config;
@@ -71,11 +72,11 @@ impl Services {
                 .context("cannot load prompt templates")?,
         );
         let registry = Arc::new(CrewRegistry::default());
-        // Crews' task outputs are scored offline with the heuristic checker (content-word
-        // overlap with the cited passages): deterministic, and no extra LLM call per task.
-        let groundedness = Arc::new(CrewGroundedness::new(Arc::new(
-            HeuristicGroundednessChecker::default(),
-        )));
+        // Crews' cited task outputs are scored by the checker the query pipeline uses for the
+        // run's model: an LLM judge when the crew runs on a real LLM, else the heuristic one
+        // (content-word overlap with the cited passages).
+        let groundedness: crate::engine::GroundednessFactory =
+            Arc::new(|chat| Arc::new(CrewGroundedness::new(default_checker(Some(chat.clone())))));
         let engine = Arc::new(
             CrewEngine::new(
                 registry.clone(),

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{RunEvent, RunStatus};
-use crate::ports::BoxError;
+use crate::ports::{BoxError, GroundednessReport, TaskOutput};
 
 /// One kickoff.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,12 +34,51 @@ pub struct RunRecord {
     pub idempotency_key: Option<String>,
     /// Sequence number of the last event.
     pub last_seq: u64,
+    /// One entry per completed task, in completion order (kept by [`RunRecord::next_event`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskSummary>,
+}
+
+/// What one completed task came to: the facts of its `task_completed` event an operator scans
+/// in `crew runs` (the event has the whole output).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSummary {
+    pub task: String,
+    pub agent: String,
+    /// Passages the output cites.
+    pub cited: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dangling_markers: Vec<u32>,
+    #[serde(default)]
+    pub uncited: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groundedness: Option<GroundednessReport>,
+}
+
+impl TaskSummary {
+    pub fn of(output: &TaskOutput) -> Self {
+        Self {
+            task: output.task.clone(),
+            agent: output.agent.clone(),
+            cited: output.citations.len(),
+            dangling_markers: output.dangling_markers.clone(),
+            uncited: output.uncited,
+            degraded: output.degraded.clone(),
+            groundedness: output.groundedness.clone(),
+        }
+    }
 }
 
 impl RunRecord {
-    /// The run's next event: the next sequence number (recorded in `last_seq`), stamped now.
-    /// Every store's `append` numbers events through this.
+    /// The run's next event: the next sequence number (recorded in `last_seq`), stamped now;
+    /// a `task_completed` event also adds its [`TaskSummary`]. Every store's `append` numbers
+    /// events through this.
     pub fn next_event(&mut self, event: RunEvent) -> StoredEvent {
+        if let RunEvent::TaskCompleted { output } = &event {
+            self.tasks.push(TaskSummary::of(output));
+        }
         self.last_seq += 1;
         StoredEvent {
             run_id: self.run_id.clone(),
@@ -278,6 +317,7 @@ pub mod conformance {
             final_output: None,
             idempotency_key: key.map(str::to_string),
             last_seq: 0,
+            tasks: Vec::new(),
         }
     }
 
@@ -296,6 +336,46 @@ pub mod conformance {
         finish_records_the_end(make().as_ref());
         list_is_newest_first_and_pages(make().as_ref());
         recovery_ends_interrupted_runs_with_a_terminal_event(make().as_ref());
+        completed_tasks_are_summarised_on_the_record(make().as_ref());
+    }
+
+    /// A `task_completed` event leaves its summary (citations, groundedness) on the record.
+    pub fn completed_tasks_are_summarised_on_the_record(store: &dyn RunStore) {
+        store.create(record("r1", "support", None)).expect("create");
+        let output = TaskOutput {
+            task: "answer".into(),
+            agent: "a".into(),
+            output: "Refunds take 30 days [1].".into(),
+            citations: vec![crate::ports::KnowledgeCitation {
+                marker: 1,
+                collection: "kb".into(),
+                chunk_id: "kb/refunds.md#0".into(),
+                source_id: "kb/refunds.md".into(),
+                snippet: "Refunds take 30 days.".into(),
+                score: 0.9,
+                score_origin: "vector".into(),
+                start: 0,
+                end: 21,
+            }],
+            dangling_markers: vec![9],
+            groundedness: Some(GroundednessReport {
+                checker: "heuristic".into(),
+                grounded: true,
+                score: 0.8,
+                unsupported_claims: Vec::new(),
+            }),
+            ..TaskOutput::default()
+        };
+        store.append("r1", started("answer")).expect("append");
+        store
+            .append("r1", RunEvent::TaskCompleted { output })
+            .expect("append");
+        let run = store.get("r1").expect("get");
+        assert_eq!(run.tasks.len(), 1);
+        let summary = &run.tasks[0];
+        assert_eq!((summary.task.as_str(), summary.cited), ("answer", 1));
+        assert_eq!(summary.dangling_markers, vec![9]);
+        assert_eq!(summary.groundedness.as_ref().map(|g| g.score), Some(0.8));
     }
 
     pub fn create_get_and_unknown(store: &dyn RunStore) {

@@ -226,11 +226,25 @@ pub async fn runs(
     if out.json {
         return out.print_json(&page);
     }
-    println!("{:<38} {:<16} {:<10} started", "run", "crew", "state");
+    println!(
+        "{:<38} {:<16} {:<10} {:<22} started",
+        "run", "crew", "state", "tasks (grounded)"
+    );
     for r in &page.runs {
+        let scored: Vec<bool> = r
+            .tasks
+            .iter()
+            .filter_map(|t| t.groundedness.as_ref().map(|g| g.grounded))
+            .collect();
+        let tasks = format!(
+            "{} ({}/{} scored)",
+            r.tasks.len(),
+            scored.iter().filter(|g| **g).count(),
+            scored.len()
+        );
         println!(
-            "{:<38} {:<16} {:<10} {}",
-            r.run_id, r.crew, r.state, r.started_at
+            "{:<38} {:<16} {:<10} {:<22} {}",
+            r.run_id, r.crew, r.state, tasks, r.started_at
         );
     }
     if !page.next_page_token.is_empty() {

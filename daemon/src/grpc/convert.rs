@@ -18,6 +18,8 @@ use crate::service::{
     ChunkingOverrides, CrewSummary, EvalOutcome, EvalParams, GateVerdict, IngestParams,
     KickoffParams, QueryParams, ServiceError,
 };
+use orkeon_crews::ports::GroundednessReport;
+use orkeon_crews::run::store::TaskSummary;
 
 /// A message the peer sent that does not decode into our types.
 fn malformed(what: &str, error: impl std::fmt::Display) -> ServiceError {
@@ -458,6 +460,41 @@ pub fn run_to_pb(run: RunRecord) -> pb::Run {
         final_output: run.final_output.unwrap_or_default(),
         last_seq: run.last_seq,
         idempotency_key: run.idempotency_key.unwrap_or_default(),
+        tasks: run.tasks.into_iter().map(task_summary_to_pb).collect(),
+    }
+}
+
+fn task_summary_to_pb(t: TaskSummary) -> pb::TaskSummary {
+    pb::TaskSummary {
+        task: t.task,
+        agent: t.agent,
+        cited: u32::try_from(t.cited).unwrap_or(u32::MAX),
+        dangling_markers: t.dangling_markers,
+        uncited: t.uncited,
+        degraded: t.degraded.unwrap_or_default(),
+        groundedness: t.groundedness.map(|g| pb::Groundedness {
+            checker: g.checker,
+            grounded: g.grounded,
+            score: g.score,
+            unsupported_claims: g.unsupported_claims,
+        }),
+    }
+}
+
+fn task_summary_from_pb(t: pb::TaskSummary) -> TaskSummary {
+    TaskSummary {
+        task: t.task,
+        agent: t.agent,
+        cited: t.cited as usize,
+        dangling_markers: t.dangling_markers,
+        uncited: t.uncited,
+        degraded: non_empty(t.degraded),
+        groundedness: t.groundedness.map(|g| GroundednessReport {
+            checker: g.checker,
+            grounded: g.grounded,
+            score: g.score,
+            unsupported_claims: g.unsupported_claims,
+        }),
     }
 }
 
@@ -475,6 +512,7 @@ pub fn run_from_pb(run: pb::Run) -> Result<RunRecord, ServiceError> {
         final_output: non_empty(run.final_output),
         idempotency_key: non_empty(run.idempotency_key),
         last_seq: run.last_seq,
+        tasks: run.tasks.into_iter().map(task_summary_from_pb).collect(),
     })
 }
 

@@ -310,11 +310,14 @@ impl GroundednessChecker for LlmGroundednessChecker {
 }
 
 /// The checker a host registers by default: the LLM checker when a real chat model is
-/// available, else the heuristic one. The offline `extractive` model answers by quoting
-/// passages and cannot produce a verdict, so it gets the heuristic checker too.
+/// available ([`crate::query::is_real_llm`]), else the heuristic one. The offline `extractive`
+/// model answers by quoting passages and cannot produce a verdict, so it gets the heuristic
+/// checker too.
 pub fn default_checker(chat: Option<Arc<dyn ChatModel>>) -> Arc<dyn GroundednessChecker> {
     match chat {
-        Some(chat) if chat.name() != "extractive" => Arc::new(LlmGroundednessChecker::new(chat)),
+        Some(chat) if crate::query::is_real_llm(Some(&chat)) => {
+            Arc::new(LlmGroundednessChecker::new(chat))
+        }
         Some(_) => Arc::new(HeuristicGroundednessChecker::default()),
         None => {
             tracing::warn!(

@@ -53,12 +53,13 @@ pub use profiles::{PipelineBuilder, ProfileResolver};
 pub use rerank::{Reranker, RerankerFactory};
 pub use transform::{QueryTransformer, TransformKind, TransformOutput, TransformerFactory};
 
-/// Whether `chat` can play the LLM roles (retrieval grader, query rewriter, route classifier):
-/// any model but the offline `extractive` one, which answers by quoting passages.
+/// Whether `chat` can play the LLM roles (retrieval grader, query rewriter, route classifier,
+/// groundedness judge): any model but the offline `extractive` one, which answers by quoting
+/// passages, and the placeholder a host uses when no LLM is configured (`unconfigured`).
 pub fn is_real_llm(chat: Option<&Arc<dyn ChatModel>>) -> bool {
     chat.is_some_and(|c| {
         let name = c.name();
-        name != "extractive" && !name.starts_with("extractive:")
+        name != "extractive" && !name.starts_with("extractive:") && name != "unconfigured"
     })
 }
 
