@@ -20,7 +20,7 @@ use orkeon_crews::ports::{
 use serde_json::json;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-use crate::ingest::{IngestRequest, IngestionPipeline};
+use crate::ingest::{IngestMode, IngestRequest, IngestionPipeline};
 use crate::query::{ProfileResolver, RagQuery};
 use crate::settings::ChunkingSettings;
 use crate::types::Citation;
@@ -94,6 +94,8 @@ impl CrewKnowledge {
             sources: request.sources.clone(),
             chunking,
             reindex: false,
+            // The crew file declares the collection's sources.
+            mode: IngestMode::Replace,
         };
         let _writing = self.gates.write(&request.name).await;
         match self.ingestion.ingest(&ingest, None).await {

@@ -18,7 +18,7 @@ use orkeon_crews::ports::ChatModel;
 use orkeon_knowledge::crew_knowledge::CollectionGates;
 use orkeon_knowledge::eval::harness::{EvalHarness, EvalOptions, EvalProgress};
 use orkeon_knowledge::eval::{EvalReport, check_gate, load_dataset, load_floors, render_markdown};
-use orkeon_knowledge::ingest::{IngestProgress, IngestReport, IngestRequest};
+use orkeon_knowledge::ingest::{IngestMode, IngestProgress, IngestReport, IngestRequest};
 use orkeon_knowledge::query::{
     ProfileResolver, RagQuery, RetrieveOnly, StagedRagPipeline, resolve_options,
 };
@@ -76,8 +76,12 @@ pub struct IngestParams {
     /// Paths, globs or URLs.
     pub sources: Vec<String>,
     pub chunking: ChunkingOverrides,
-    /// Purge and rebuild the collection.
+    /// Purge and rebuild the collection from the named sources.
     pub reindex: bool,
+    /// The named sources become the collection's whole set (sources not named are purged);
+    /// `false`: additive, every other source is kept.
+    #[serde(default)]
+    pub replace: bool,
     /// Folder relative sources resolve against; `None`: the serving process's working
     /// directory.
     pub base_dir: Option<PathBuf>,
@@ -356,6 +360,7 @@ impl KnowledgeApi for KnowledgeApp {
             base_dir,
             sources: params.sources,
             reindex: params.reindex,
+            mode: IngestMode::from_replace(params.replace),
         };
         let engine = self.engine().await?;
         let _writing = self.gates.write(&request.collection).await;

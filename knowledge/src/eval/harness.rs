@@ -308,6 +308,7 @@ impl EvalHarness {
                     sources: patterns.clone(),
                     chunking: dataset.chunking.clone(),
                     reindex: false,
+                    mode: crate::ingest::IngestMode::Replace,
                 },
                 DocumentKeys::Refs,
             ),
@@ -332,6 +333,7 @@ impl EvalHarness {
                         sources: files.patterns.clone(),
                         chunking: dataset.chunking.clone(),
                         reindex: false,
+                        mode: crate::ingest::IngestMode::Replace,
                     },
                     DocumentKeys::Beir(files),
                 )
