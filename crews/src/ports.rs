@@ -255,6 +255,20 @@ pub trait KnowledgeService: Send + Sync {
         query: &str,
         max_passages: usize,
     ) -> Result<KnowledgeBlock, KnowledgeError>;
+
+    /// Upserts the request's sources into its collection (the `rag_ingest` tool): additive,
+    /// every other source of the collection is kept. Relative sources resolve against
+    /// `request.base_dir` (the crew file's folder), under the configured ingestion roots. A
+    /// service that cannot ingest answers [`KnowledgeError::Unavailable`].
+    async fn upsert_sources(
+        &self,
+        request: CollectionRequest,
+    ) -> Result<CollectionStatus, KnowledgeError> {
+        Err(KnowledgeError::Unavailable(format!(
+            "this knowledge service cannot ingest into '{}'",
+            request.name
+        )))
+    }
 }
 
 /// What an agent is (from the crew file).

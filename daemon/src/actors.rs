@@ -227,6 +227,15 @@ impl KnowledgeService for AugmenterHandle {
         self.knowledge.bootstrap(collections).await
     }
 
+    /// Tool ingestion goes straight to the service, like bootstrap (it takes the collection's
+    /// write gate there).
+    async fn upsert_sources(
+        &self,
+        request: CollectionRequest,
+    ) -> Result<CollectionStatus, KnowledgeError> {
+        self.knowledge.upsert_sources(request).await
+    }
+
     async fn augment(
         &self,
         collections: &[String],

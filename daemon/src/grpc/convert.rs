@@ -129,6 +129,7 @@ pub fn eval_params_from_pb(request: pb::EvaluateRequest) -> EvalParams {
             request.retrieve_k as usize
         },
         gate: non_empty(request.gate).map(PathBuf::from),
+        collection: non_empty(request.collection),
     }
 }
 
@@ -145,6 +146,7 @@ pub fn eval_params_to_pb(params: EvalParams) -> pb::EvaluateRequest {
             .gate
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
+        collection: params.collection.unwrap_or_default(),
     }
 }
 

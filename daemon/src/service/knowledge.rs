@@ -116,6 +116,10 @@ pub struct EvalParams {
     pub retrieve_k: usize,
     /// Floors to check the report against.
     pub gate: Option<PathBuf>,
+    /// Evaluate this existing collection as it is instead of ingesting the dataset's corpus
+    /// (golden datasets; refs are matched against the collection's source ids).
+    #[serde(default)]
+    pub collection: Option<String>,
 }
 
 /// An evaluation's report, rendered, and its gate verdict.
@@ -449,6 +453,10 @@ impl KnowledgeApi for KnowledgeApp {
         progress: Option<EvalProgressFn<'_>>,
     ) -> Result<EvalOutcome, ServiceError> {
         let dataset = load_dataset(&params.dataset, &params.split)?;
+        let existing = params.collection.filter(|c| !c.trim().is_empty());
+        if let Some(collection) = &existing {
+            self.require_collection(collection)?;
+        }
         let floors = params.gate.as_deref().map(load_floors).transpose()?;
         let engine = self.engine().await?;
         let chat: Option<Arc<dyn ChatModel>> = if params.offline {
@@ -475,7 +483,13 @@ impl KnowledgeApi for KnowledgeApp {
             concurrency: params.concurrency.max(1),
             retrieve_k: params.retrieve_k,
             cache_dir: Some(self.config.data_dir.join("eval-cache")),
+            collection: existing.clone(),
             ..EvalOptions::default()
+        };
+        // An existing collection is only read: hold its read gate while the cases run.
+        let _reading = match &existing {
+            Some(collection) => Some(self.gates.read(collection).await),
+            None => None,
         };
         let report = harness.run(&dataset, &options, progress).await?;
         self.store.flush()?;
