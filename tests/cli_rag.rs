@@ -91,19 +91,28 @@ fn ingest_is_incremental_and_search_cites_sources() {
     assert_eq!(third["sources_skipped"], 1, "{third}");
     assert!(third["chunks_embedded"].as_u64().expect("n") >= 1);
 
-    // A source no longer requested is purged.
-    let fourth = ingest(&dir, &data, &["faq.md"]);
+    // Ingestion is additive: naming one source keeps the other.
+    let manifest_ids = || -> Vec<String> {
+        let mut cmd = orkeon(&dir, &data);
+        cmd.args(["--json", "rag", "manifest", "kb"]);
+        run_json(&mut cmd)["sources"]
+            .as_array()
+            .expect("sources")
+            .iter()
+            .map(|s| s["source_id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let additive = ingest(&dir, &data, &["faq.md"]);
+    assert_eq!(additive["sources_removed"], 0, "{additive}");
+    assert_eq!(manifest_ids(), ["faq.md", "policies/shipping.md"]);
+
+    // --replace: a source no longer requested is purged.
+    let fourth = ingest(&dir, &data, &["faq.md", "--replace"]);
     assert_eq!(fourth["sources_removed"], 1, "{fourth}");
+    assert_eq!(manifest_ids(), ["faq.md"]);
     let mut cmd = orkeon(&dir, &data);
     cmd.args(["--json", "rag", "manifest", "kb"]);
     let manifest = run_json(&mut cmd);
-    let sources: Vec<&str> = manifest["sources"]
-        .as_array()
-        .expect("sources")
-        .iter()
-        .map(|s| s["source_id"].as_str().expect("id"))
-        .collect();
-    assert_eq!(sources, vec!["faq.md"]);
     assert_eq!(manifest["profile"]["model"], "bge-small-en-v1.5");
 
     let mut cmd = orkeon(&dir, &data);

@@ -415,3 +415,133 @@ async fn bearer_token_is_checked_on_every_call() {
         .crews;
     assert!(crews.iter().any(|c| c.name == "support"));
 }
+
+/// Source ids of a collection's manifest, over gRPC.
+async fn manifest_ids(
+    client: &mut KnowledgeServiceClient<tonic::transport::Channel>,
+    collection: &str,
+) -> Vec<String> {
+    client
+        .get_manifest(pb::GetManifestRequest {
+            collection: collection.into(),
+        })
+        .await
+        .expect("manifest")
+        .into_inner()
+        .sources
+        .into_iter()
+        .map(|s| s.source_id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_is_additive_unless_replace_and_a_failed_load_keeps_its_content() {
+    let fixture = start(&[]);
+    // Inside the crews folder, named by absolute path: allowed under every roots setting.
+    let notes = fixture._work.path().join("crews/notes");
+    fs::create_dir_all(&notes).expect("mkdir");
+    for (name, text) in [
+        ("a.md", "Alpha notes: the depot opens at seven."),
+        ("b.md", "Bravo notes: deliveries leave at noon."),
+        ("c.md", "Charlie notes: returns are checked on Fridays."),
+    ] {
+        fs::write(notes.join(name), text).expect("write");
+    }
+    fs::copy(
+        support::repo().join("examples/rag/eval/corpus/reports/aquaprobe-s2-datasheet.pdf"),
+        notes.join("sheet.pdf"),
+    )
+    .expect("copy pdf");
+    let path = |name: &str| notes.join(name).display().to_string();
+    let mut client = KnowledgeServiceClient::connect(fixture.daemon.url())
+        .await
+        .expect("connect");
+    let ingest = |sources: Vec<String>, replace: bool, reindex: bool| pb::IngestRequest {
+        collection: "notes".into(),
+        sources,
+        replace,
+        reindex,
+        ..Default::default()
+    };
+
+    client
+        .ingest(ingest(vec![path("a.md"), path("b.md")], false, false))
+        .await
+        .expect("first ingest");
+    // Additive (the default): c.md joins, a.md and b.md stay.
+    let report = client
+        .ingest(ingest(vec![path("c.md")], false, false))
+        .await
+        .expect("additive ingest")
+        .into_inner();
+    assert_eq!((report.sources_ingested, report.sources_removed), (1, 0));
+    let ids = manifest_ids(&mut client, "notes").await;
+    for name in ["a.md", "b.md", "c.md"] {
+        assert!(ids.iter().any(|id| id.ends_with(name)), "{name} in {ids:?}");
+    }
+
+    // An additive reindex would drop a.md and b.md: refused, naming the way out.
+    let refused = client
+        .ingest(ingest(vec![path("c.md")], false, true))
+        .await
+        .expect_err("reindex without replace");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().contains("replace"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(manifest_ids(&mut client, "notes").await.len(), 3);
+
+    // Replace: the named set becomes the whole collection.
+    let report = client
+        .ingest(ingest(vec![path("c.md"), path("sheet.pdf")], true, false))
+        .await
+        .expect("replace ingest")
+        .into_inner();
+    assert_eq!(report.sources_removed, 2, "{report:?}");
+    let ids = manifest_ids(&mut client, "notes").await;
+    assert!(
+        ids.iter()
+            .all(|id| id.contains("c.md") || id.contains("sheet.pdf#page=")),
+        "{ids:?}"
+    );
+    assert!(
+        ids.iter().any(|id| id.contains("sheet.pdf#page=")),
+        "{ids:?}"
+    );
+
+    // The PDF breaks: its pages keep their chunks, marked stale in the manifest.
+    fs::write(notes.join("sheet.pdf"), b"%PDF-1.7\ncut short").expect("write");
+    let report = client
+        .ingest(ingest(vec![path("sheet.pdf")], false, false))
+        .await
+        .expect("ingest of a broken file")
+        .into_inner();
+    assert_eq!(report.stale.len(), 1, "{report:?}");
+    assert!(report.stale[0].source.ends_with("sheet.pdf"));
+    assert!(report.stale[0].error.contains("could not be parsed"));
+    assert!(report.quarantined.is_empty());
+    let manifest = client
+        .get_manifest(pb::GetManifestRequest {
+            collection: "notes".into(),
+        })
+        .await
+        .expect("manifest")
+        .into_inner();
+    let pages: Vec<&pb::ManifestEntry> = manifest
+        .sources
+        .iter()
+        .filter(|s| s.source_id.contains("sheet.pdf#page="))
+        .collect();
+    assert!(!pages.is_empty());
+    for page in pages {
+        assert!(page.chunks > 0, "{page:?}");
+        assert!(
+            page.stale
+                .as_deref()
+                .is_some_and(|e| e.contains("could not be parsed")),
+            "{page:?}"
+        );
+    }
+}

@@ -31,7 +31,7 @@ pub struct AgentTaskRunner {
     eval: Option<Arc<dyn EvalTool>>,
     max_passages: usize,
     max_tool_rounds: usize,
-    ingest_base_dir: PathBuf,
+    crew_dir: Option<PathBuf>,
 }
 
 impl AgentTaskRunner {
@@ -47,7 +47,7 @@ impl AgentTaskRunner {
             eval: None,
             max_passages: DEFAULT_MAX_PASSAGES,
             max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
-            ingest_base_dir: PathBuf::from("."),
+            crew_dir: None,
         }
     }
 
@@ -70,9 +70,10 @@ impl AgentTaskRunner {
         self
     }
 
-    /// Folder relative `rag_ingest` sources resolve against (default: the working directory).
-    pub fn with_ingest_base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.ingest_base_dir = dir.into();
+    /// The crew file's folder: `rag_ingest` sources and `rag_eval` datasets resolve against it
+    /// (never the process's working directory). Unset: those tools are refused.
+    pub fn with_crew_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.crew_dir = Some(dir.into());
         self
     }
 
@@ -174,14 +175,14 @@ impl TaskRunner for AgentTaskRunner {
                 tool_calls: response.tool_calls.clone(),
             });
             for call in &response.tool_calls {
+                // Passages found are renumbered into the run's ledger below.
                 let executor = ToolExecutor {
                     knowledge: self.knowledge.clone(),
                     eval: self.eval.clone(),
+                    agent: a.agent.name.clone(),
                     attachments: a.agent.knowledge.clone(),
                     default_max_passages: self.max_passages,
-                    ingest_base_dir: self.ingest_base_dir.clone(),
-                    // Passages are renumbered into the run's ledger below.
-                    marker_offset: 0,
+                    crew_dir: self.crew_dir.clone(),
                 };
                 let result = executor.execute(&call.name, &call.arguments).await;
                 let mut content = result.content;
@@ -259,6 +260,7 @@ mod tests {
         passages: Vec<(String, String)>,
         augment_calls: Mutex<Vec<(Vec<String>, String, usize)>>,
         bootstrap_calls: Mutex<Vec<CollectionRequest>>,
+        upsert_calls: Mutex<Vec<CollectionRequest>>,
     }
 
     impl InMemoryPassagesKnowledge {
@@ -271,6 +273,7 @@ mod tests {
                     .collect(),
                 augment_calls: Mutex::new(Vec::new()),
                 bootstrap_calls: Mutex::new(Vec::new()),
+                upsert_calls: Mutex::new(Vec::new()),
             }
         }
     }
@@ -299,6 +302,20 @@ mod tests {
                 .collect();
             self.bootstrap_calls.lock().unwrap().extend(collections);
             Ok(statuses)
+        }
+
+        async fn upsert_sources(
+            &self,
+            request: CollectionRequest,
+        ) -> Result<CollectionStatus, KnowledgeError> {
+            let status = CollectionStatus {
+                name: request.name.clone(),
+                state: CollectionState::Ready,
+                report: json!({"sources": request.sources.len()}),
+                reason: None,
+            };
+            self.upsert_calls.lock().unwrap().push(request);
+            Ok(status)
         }
 
         async fn augment(
@@ -584,11 +601,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn rag_ingest_bootstraps_and_rag_eval_reports_unavailable() {
+    async fn rag_ingest_upserts_from_the_crew_folder_and_rag_eval_reports_unavailable() {
         let server = ScriptedLlmServer::start(vec![
             ScriptRule::once(ScriptReply::ToolCall {
                 name: "rag_ingest".into(),
-                arguments: json!({"collection": "notes", "sources": ["notes/*.md"]}),
+                arguments: json!({"collection": "product-kb", "sources": ["notes/*.md"]}),
             }),
             ScriptRule::once(ScriptReply::ToolCall {
                 name: "rag_eval".into(),
@@ -604,7 +621,7 @@ mod tests {
             Some(kb.clone() as Arc<dyn KnowledgeService>),
             templates(),
         )
-        .with_ingest_base_dir("/srv/crews");
+        .with_crew_dir("/srv/crews");
         let output = runner
             .run_task(assignment(&["rag_ingest", "rag_eval"]))
             .await
@@ -617,18 +634,22 @@ mod tests {
         assert!(output.uncited);
         assert_eq!(output.passages.len(), 2, "the passages given are reported");
 
-        let bootstraps = kb.bootstrap_calls.lock().unwrap().clone();
-        assert_eq!(bootstraps.len(), 1);
-        assert_eq!(bootstraps[0].name, "notes");
-        assert_eq!(bootstraps[0].sources, vec!["notes/*.md".to_string()]);
-        assert_eq!(bootstraps[0].base_dir, PathBuf::from("/srv/crews"));
+        assert!(
+            kb.bootstrap_calls.lock().unwrap().is_empty(),
+            "a tool never replaces the collection's sources"
+        );
+        let upserts = kb.upsert_calls.lock().unwrap().clone();
+        assert_eq!(upserts.len(), 1);
+        assert_eq!(upserts[0].name, "product-kb");
+        assert_eq!(upserts[0].sources, vec!["notes/*.md".to_string()]);
+        assert_eq!(upserts[0].base_dir, PathBuf::from("/srv/crews"));
 
         let requests = server.requests();
         assert_eq!(requests.len(), 3);
         let messages = requests[2]["messages"].as_array().unwrap();
         let ingest_result: serde_json::Value =
             serde_json::from_str(messages[3]["content"].as_str().unwrap()).unwrap();
-        assert_eq!(ingest_result[0]["state"], "ready");
+        assert_eq!(ingest_result["state"], "ready");
         assert_eq!(messages[5]["content"], EVAL_UNAVAILABLE);
     }
 

@@ -1,6 +1,11 @@
 //! The knowledge tools offered to LLMs that support tool calls: `rag_search`, `rag_ingest` and
 //! `rag_eval` — their JSON-schema specs, their argument parsing and their execution against the
 //! `KnowledgeService` port (and an optional host-registered [`EvalTool`]).
+//!
+//! A tool call only touches the collections its agent is attached to (anything else is a tool
+//! error naming the collection and the attachments). `rag_ingest` upserts (never removes other
+//! sources) with paths relative to the crew file's folder; `rag_eval` evaluates an attached
+//! collection on a dataset inside that folder.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,19 +32,34 @@ evaluation harness is registered); run `orkeon rag eval` instead";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EvalRequest {
-    /// Path of the golden dataset (YAML) to evaluate.
+    /// Path of the golden dataset (YAML) to evaluate, relative to the crew file's folder.
     pub dataset: Option<String>,
-    /// Collection to evaluate against.
+    /// Collection to evaluate (one of the agent's); default: the agent's only one.
     pub collection: Option<String>,
     /// Profiles to compare (`fast`, `balanced`, `quality`, …); empty: the host's default.
     pub profiles: Vec<String>,
 }
 
+/// What a `rag_eval` call may touch, resolved by the [`ToolExecutor`] before the
+/// [`EvalTool`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvalScope {
+    /// The crew file's folder: the dataset resolves against it and must lie inside it.
+    pub crew_dir: PathBuf,
+    /// The collection to evaluate, attached to the calling agent.
+    pub collection: String,
+}
+
 /// A host's evaluation harness, registered on the runner to serve `rag_eval`.
 #[async_trait]
 pub trait EvalTool: Send + Sync {
-    /// Runs the evaluation and returns its report (JSON), or an error message for the model.
-    async fn evaluate(&self, request: EvalRequest) -> Result<serde_json::Value, String>;
+    /// Evaluates `scope.collection` on `request.dataset` (inside `scope.crew_dir`) and returns
+    /// the report (JSON, with the metrics table), or an error message for the model.
+    async fn evaluate(
+        &self,
+        request: EvalRequest,
+        scope: EvalScope,
+    ) -> Result<serde_json::Value, String>;
 }
 
 /// The specs of the named tools, in the given order; an unknown name is an error listing the
@@ -73,16 +93,17 @@ pub fn tool_spec(name: &str) -> Result<ToolSpec, String> {
         },
         RAG_INGEST => ToolSpec {
             name: RAG_INGEST.to_owned(),
-            description: "Ingest sources (files or glob patterns) into a knowledge collection, \
-                          incrementally: unchanged sources cost nothing."
+            description: "Add or update sources (files or glob patterns, relative to the crew's \
+                          folder) in one of your knowledge collections, incrementally: unchanged \
+                          sources cost nothing and the collection's other sources are kept."
                 .to_owned(),
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "collection": {"type": "string", "description": "Collection to ingest into."},
+                    "collection": {"type": "string", "description": "One of your attached collections."},
                     "sources": {
                         "type": "array", "items": {"type": "string"}, "minItems": 1,
-                        "description": "File paths or glob patterns."
+                        "description": "File paths or glob patterns, relative to the crew's folder."
                     }
                 },
                 "required": ["collection", "sources"],
@@ -91,15 +112,18 @@ pub fn tool_spec(name: &str) -> Result<ToolSpec, String> {
         },
         RAG_EVAL => ToolSpec {
             name: RAG_EVAL.to_owned(),
-            description: "Evaluate retrieval quality (recall@k, MRR) on a golden dataset."
+            description: "Evaluate retrieval quality (recall@k, MRR, nDCG) of one of your \
+                          collections on a golden dataset file in the crew's folder; returns the \
+                          metrics table."
                 .to_owned(),
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "dataset": {"type": "string", "description": "Golden dataset file."},
-                    "collection": {"type": "string"},
+                    "dataset": {"type": "string", "description": "Golden dataset (YAML), relative to the crew's folder."},
+                    "collection": {"type": "string", "description": "One of your attached collections; default: your only one."},
                     "profiles": {"type": "array", "items": {"type": "string"}}
                 },
+                "required": ["dataset"],
                 "additionalProperties": false
             }),
         },
@@ -152,14 +176,15 @@ impl ToolResult {
 pub struct ToolExecutor {
     pub knowledge: Option<Arc<dyn KnowledgeService>>,
     pub eval: Option<Arc<dyn EvalTool>>,
-    /// The agent's knowledge attachments (the default of `rag_search`; their profiles apply).
+    /// The calling agent (named in errors).
+    pub agent: String,
+    /// The agent's knowledge attachments: the only collections its tool calls may touch (and
+    /// the default of `rag_search`, whose lookups use their profiles).
     pub attachments: Vec<KnowledgeAttachment>,
     pub default_max_passages: usize,
-    /// Folder relative `rag_ingest` sources resolve against.
-    pub ingest_base_dir: PathBuf,
-    /// Added to every `[n]` marker `rag_search` returns, so its passages never collide with
-    /// markers the conversation already uses.
-    pub marker_offset: u32,
+    /// The crew file's folder: `rag_ingest` sources and `rag_eval` datasets resolve against
+    /// it. `None` (a host without crew files): those two tools are refused.
+    pub crew_dir: Option<PathBuf>,
 }
 
 impl ToolExecutor {
@@ -178,6 +203,38 @@ impl ToolExecutor {
         outcome.unwrap_or_else(|message| {
             tracing::warn!(tool = name, error = %message, "tool call failed");
             ToolResult::text(format!("error: {message}"))
+        })
+    }
+
+    /// Refuses a collection the agent is not attached to.
+    fn check_attached(&self, tool: &str, collection: &str) -> Result<(), String> {
+        if self.attachments.iter().any(|a| a.collection == collection) {
+            return Ok(());
+        }
+        Err(format!(
+            "{tool}: collection '{collection}' is not attached to agent '{}' (attached: {}); a tool may only touch its agent's collections",
+            self.agent,
+            self.attached_list()
+        ))
+    }
+
+    /// The attached collection names, for messages.
+    fn attached_list(&self) -> String {
+        if self.attachments.is_empty() {
+            "none".to_owned()
+        } else {
+            let names: Vec<&str> = self
+                .attachments
+                .iter()
+                .map(|a| a.collection.as_str())
+                .collect();
+            names.join(", ")
+        }
+    }
+
+    fn crew_dir(&self, tool: &str) -> Result<&PathBuf, String> {
+        self.crew_dir.as_ref().ok_or_else(|| {
+            format!("{tool}: this host runs no crew file, so there is no crew folder to resolve paths against")
         })
     }
 
@@ -201,10 +258,13 @@ impl ToolExecutor {
             args.collections
         };
         if collections.is_empty() {
-            return Err(
-                "rag_search: no collection named and the agent has no attached knowledge; pass `collections`"
-                    .to_owned(),
-            );
+            return Err(format!(
+                "rag_search: agent '{}' has no attached knowledge to search",
+                self.agent
+            ));
+        }
+        for collection in &collections {
+            self.check_attached(RAG_SEARCH, collection)?;
         }
         let max_passages = args
             .max_passages
@@ -229,7 +289,6 @@ impl ToolExecutor {
             .augment(&request)
             .await
             .map_err(|e| format!("rag_search over {}: {e}", collections.join(", ")))?;
-        let block = offset_markers(block, self.marker_offset);
         tracing::debug!(
             query = %args.query,
             passages = block.citations.len(),
@@ -254,17 +313,19 @@ impl ToolExecutor {
         if args.collection.trim().is_empty() || args.sources.is_empty() {
             return Err("rag_ingest: give a `collection` name and at least one source".to_owned());
         }
+        self.check_attached(RAG_INGEST, &args.collection)?;
+        let base_dir = self.crew_dir(RAG_INGEST)?.clone();
         let service = self.service(RAG_INGEST)?;
-        let statuses = service
-            .bootstrap(vec![CollectionRequest {
+        let status = service
+            .upsert_sources(CollectionRequest {
                 name: args.collection.clone(),
-                base_dir: self.ingest_base_dir.clone(),
+                base_dir,
                 sources: args.sources,
                 chunking: None,
-            }])
+            })
             .await
             .map_err(|e| format!("rag_ingest into {}: {e}", args.collection))?;
-        serde_json::to_string(&statuses)
+        serde_json::to_string(&status)
             .map(ToolResult::text)
             .map_err(|e| format!("rag_ingest: the report could not be serialised: {e}"))
     }
@@ -274,7 +335,36 @@ impl ToolExecutor {
             return Ok(ToolResult::text(EVAL_UNAVAILABLE));
         };
         let request: EvalRequest = parse_arguments(RAG_EVAL, arguments)?;
-        let report = eval.evaluate(request).await?;
+        if request
+            .dataset
+            .as_deref()
+            .is_none_or(|d| d.trim().is_empty())
+        {
+            return Err(
+                "rag_eval: give a `dataset` (a golden YAML file in the crew's folder)".to_owned(),
+            );
+        }
+        let collection = match &request.collection {
+            Some(collection) => {
+                self.check_attached(RAG_EVAL, collection)?;
+                collection.clone()
+            }
+            None => match self.attachments.as_slice() {
+                [only] => only.collection.clone(),
+                _ => {
+                    return Err(format!(
+                        "rag_eval: name the `collection` to evaluate, one of agent '{}''s: {}",
+                        self.agent,
+                        self.attached_list()
+                    ));
+                }
+            },
+        };
+        let scope = EvalScope {
+            crew_dir: self.crew_dir(RAG_EVAL)?.clone(),
+            collection,
+        };
+        let report = eval.evaluate(request, scope).await?;
         Ok(ToolResult::text(report.to_string()))
     }
 }
@@ -293,37 +383,9 @@ fn parse_arguments<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Shifts every `[n]` passage marker of a block (line starts and citations) by `offset`.
-pub fn offset_markers(mut block: KnowledgeBlock, offset: u32) -> KnowledgeBlock {
-    if offset == 0 {
-        return block;
-    }
-    for citation in &mut block.citations {
-        citation.marker += offset;
-    }
-    block.text = block
-        .text
-        .lines()
-        .map(|line| {
-            let trimmed = line.trim_start();
-            if let Some(rest) = trimmed.strip_prefix('[')
-                && let Some(close) = rest.find(']')
-                && let Ok(marker) = rest[..close].parse::<u32>()
-            {
-                let indent = &line[..line.len() - trimmed.len()];
-                return format!("{indent}[{}]{}", marker + offset, &rest[close + 1..]);
-            }
-            line.to_owned()
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    block
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use orkeon_crews::ports::KnowledgeCitation;
 
     #[test]
     fn specs_are_function_schemas_and_unknown_names_fail() {
@@ -346,74 +408,55 @@ mod tests {
         }
     }
 
-    #[test]
-    fn markers_shift_in_text_and_citations() {
-        let block = KnowledgeBlock {
-            text: "[1] (source: a.md) Alpha.\ncontinued [1] inline\n[2] Beta.".into(),
-            citations: vec![KnowledgeCitation {
-                marker: 1,
-                collection: "c".into(),
-                chunk_id: "x".into(),
-                source_id: "a.md".into(),
-                snippet: String::new(),
-                score: 0.5,
-                score_origin: "vector".into(),
-                start: 0,
-                end: 1,
-            }],
-            trace: serde_json::Value::Null,
-        };
-        let shifted = offset_markers(block, 3);
-        assert_eq!(
-            shifted.text,
-            "[4] (source: a.md) Alpha.\ncontinued [1] inline\n[5] Beta."
-        );
-        assert_eq!(shifted.citations[0].marker, 4);
+    fn executor_for(attached: &[&str], eval: Option<Arc<dyn EvalTool>>) -> ToolExecutor {
+        ToolExecutor {
+            knowledge: None,
+            eval,
+            agent: "support".into(),
+            attachments: attached
+                .iter()
+                .map(|c| KnowledgeAttachment::named(*c))
+                .collect(),
+            default_max_passages: 4,
+            crew_dir: Some(PathBuf::from("/srv/crews")),
+        }
     }
 
     #[tokio::test]
     async fn eval_without_a_registered_harness_says_so() {
-        let executor = ToolExecutor {
-            knowledge: None,
-            eval: None,
-            attachments: vec![],
-            default_max_passages: 4,
-            ingest_base_dir: PathBuf::from("."),
-            marker_offset: 0,
-        };
+        let executor = executor_for(&[], None);
         let result = executor.execute(RAG_EVAL, "{}").await;
         assert_eq!(result.content, EVAL_UNAVAILABLE);
         let result = executor.execute(RAG_SEARCH, "{\"query\": \"x\"}").await;
-        assert!(
-            result
-                .content
-                .starts_with("error: rag_search: no collection named"),
-            "{}",
-            result.content
+        assert_eq!(
+            result.content,
+            "error: rag_search: agent 'support' has no attached knowledge to search"
         );
         let result = executor.execute(RAG_SEARCH, "not json").await;
         assert!(result.content.contains("not valid"), "{}", result.content);
     }
 
-    struct FixedReportEval;
+    struct EchoEval;
 
     #[async_trait]
-    impl EvalTool for FixedReportEval {
-        async fn evaluate(&self, request: EvalRequest) -> Result<serde_json::Value, String> {
-            Ok(json!({"dataset": request.dataset, "profiles": request.profiles}))
+    impl EvalTool for EchoEval {
+        async fn evaluate(
+            &self,
+            request: EvalRequest,
+            scope: EvalScope,
+        ) -> Result<serde_json::Value, String> {
+            Ok(json!({
+                "dataset": request.dataset,
+                "profiles": request.profiles,
+                "collection": scope.collection,
+                "crew_dir": scope.crew_dir,
+            }))
         }
     }
 
     #[tokio::test]
-    async fn a_registered_eval_tool_receives_the_parsed_request() {
-        let executor = ToolExecutor {
-            knowledge: None,
-            eval: Some(Arc::new(FixedReportEval)),
-            attachments: vec![],
-            default_max_passages: 4,
-            ingest_base_dir: PathBuf::from("."),
-            marker_offset: 0,
-        };
+    async fn a_registered_eval_tool_receives_the_request_and_its_scope() {
+        let executor = executor_for(&["kb"], Some(Arc::new(EchoEval)));
         let result = executor
             .execute(
                 RAG_EVAL,
@@ -423,7 +466,67 @@ mod tests {
         let report: serde_json::Value = serde_json::from_str(&result.content).unwrap();
         assert_eq!(
             report,
-            json!({"dataset": "golden.yaml", "profiles": ["fast"]})
+            json!({"dataset": "golden.yaml", "profiles": ["fast"], "collection": "kb", "crew_dir": "/srv/crews"})
         );
+        let result = executor.execute(RAG_EVAL, "{}").await;
+        assert!(
+            result.content.contains("give a `dataset`"),
+            "{}",
+            result.content
+        );
+        // Two attachments and none named: the model is asked to choose.
+        let result = executor_for(&["kb", "faq"], Some(Arc::new(EchoEval)))
+            .execute(RAG_EVAL, r#"{"dataset": "golden.yaml"}"#)
+            .await;
+        assert_eq!(
+            result.content,
+            "error: rag_eval: name the `collection` to evaluate, one of agent 'support''s: kb, faq"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tool_touching_a_collection_its_agent_is_not_attached_to_errors() {
+        let executor = executor_for(&["kb", "faq"], Some(Arc::new(EchoEval)));
+        let calls = [
+            (
+                RAG_SEARCH,
+                r#"{"query": "x", "collections": ["kb", "hr-private"]}"#,
+            ),
+            (
+                RAG_INGEST,
+                r#"{"collection": "hr-private", "sources": ["a.md"]}"#,
+            ),
+            (
+                RAG_EVAL,
+                r#"{"dataset": "golden.yaml", "collection": "hr-private"}"#,
+            ),
+        ];
+        for (tool, arguments) in calls {
+            let result = executor.execute(tool, arguments).await;
+            assert_eq!(
+                result.content,
+                format!(
+                    "error: {tool}: collection 'hr-private' is not attached to agent 'support' (attached: kb, faq); a tool may only touch its agent's collections"
+                )
+            );
+            assert!(result.knowledge.is_none());
+        }
+    }
+
+    #[tokio::test]
+    async fn rag_ingest_and_rag_eval_need_a_crew_folder() {
+        let mut executor = executor_for(&["kb"], Some(Arc::new(EchoEval)));
+        executor.crew_dir = None;
+        for (tool, arguments) in [
+            (RAG_INGEST, r#"{"collection": "kb", "sources": ["a.md"]}"#),
+            (RAG_EVAL, r#"{"dataset": "golden.yaml"}"#),
+        ] {
+            let result = executor.execute(tool, arguments).await;
+            assert!(
+                result.content.contains("no crew folder"),
+                "{tool}: {}",
+                result.content
+            );
+        }
     }
 }

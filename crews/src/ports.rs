@@ -251,6 +251,14 @@ pub trait KnowledgeService: Send + Sync {
     /// Retrieves from the attached collections (no LLM call for generation) and numbers the
     /// passages.
     async fn augment(&self, request: &AugmentRequest) -> Result<KnowledgeBlock, KnowledgeError>;
+
+    /// Upserts the request's sources into its collection (the `rag_ingest` tool): additive,
+    /// every other source of the collection is kept. Relative sources resolve against
+    /// `request.base_dir` (the crew file's folder), under the configured ingestion roots.
+    async fn upsert_sources(
+        &self,
+        request: CollectionRequest,
+    ) -> Result<CollectionStatus, KnowledgeError>;
 }
 
 /// One `knowledge:` attachment of an agent: a collection, the profile its lookups use and how

@@ -212,6 +212,15 @@ impl KnowledgeService for Augmenter {
         self.knowledge.bootstrap(collections).await
     }
 
+    /// Tool ingestion goes straight to the service, like bootstrap (it takes the collection's
+    /// write gate there).
+    async fn upsert_sources(
+        &self,
+        request: CollectionRequest,
+    ) -> Result<CollectionStatus, KnowledgeError> {
+        self.knowledge.upsert_sources(request).await
+    }
+
     async fn augment(&self, request: &AugmentRequest) -> Result<KnowledgeBlock, KnowledgeError> {
         let timeout = self.timeout;
         let slot_and_retrieval = async {
@@ -271,6 +280,16 @@ mod tests {
             _: Vec<CollectionRequest>,
         ) -> Result<Vec<CollectionStatus>, KnowledgeError> {
             Ok(Vec::new())
+        }
+
+        async fn upsert_sources(
+            &self,
+            request: CollectionRequest,
+        ) -> Result<CollectionStatus, KnowledgeError> {
+            Err(KnowledgeError::Unavailable(format!(
+                "no ingestion in this test double ({})",
+                request.name
+            )))
         }
 
         async fn augment(

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use orkeon_agents::llm::{LlmSettings, build_chat_model, settings_with_overrides};
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_agents::runner::AgentTaskRunner;
+use orkeon_agents::tools::EvalTool;
 use orkeon_crews::ports::{
     ChatModel, CollectionState, GroundednessCheck, KnowledgeService, TaskRunner,
 };
@@ -52,6 +53,8 @@ pub struct CrewEngine {
     knowledge: Arc<dyn KnowledgeService>,
     /// Scores cited task outputs; `None`: outputs are not scored.
     groundedness: Option<GroundednessFactory>,
+    /// Serves agents' `rag_eval`; `None`: the tool answers that evaluation is unavailable.
+    eval: Option<Arc<dyn EvalTool>>,
     llm: LlmSettings,
     templates: Arc<PromptTemplates>,
     active: Mutex<HashMap<String, ActiveRun>>,
@@ -101,6 +104,7 @@ impl CrewEngine {
             runs,
             knowledge,
             groundedness: None,
+            eval: None,
             llm,
             templates,
             active: Mutex::new(HashMap::new()),
@@ -115,6 +119,12 @@ impl CrewEngine {
     /// run's chat model (the `task_completed` event and the run record carry the verdict).
     pub fn with_groundedness(mut self, factory: GroundednessFactory) -> Self {
         self.groundedness = Some(factory);
+        self
+    }
+
+    /// Serves agents' `rag_eval` tool with `eval`.
+    pub fn with_eval_tool(mut self, eval: Arc<dyn EvalTool>) -> Self {
+        self.eval = Some(eval);
         self
     }
 
@@ -341,11 +351,18 @@ impl CrewEngine {
                 return;
             }
         };
-        let runner: Arc<dyn TaskRunner> = Arc::new(AgentTaskRunner::new(
+        // Tools resolve paths against the crew file's folder, never the daemon's working
+        // directory.
+        let mut runner = AgentTaskRunner::new(
             chat.clone(),
             Some(self.knowledge.clone()),
             self.templates.clone(),
-        ));
+        )
+        .with_crew_dir(spec.base_dir.clone());
+        if let Some(eval) = &self.eval {
+            runner = runner.with_eval_tool(eval.clone());
+        }
+        let runner: Arc<dyn TaskRunner> = Arc::new(runner);
         let agents: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
         let pool = match AgentPool::spawn(&run_id, agents, runner).await {
             Ok(pool) => Arc::new(pool),
@@ -451,6 +468,16 @@ mod tests {
             _request: &orkeon_crews::ports::AugmentRequest,
         ) -> Result<KnowledgeBlock, KnowledgeError> {
             Ok(KnowledgeBlock::default())
+        }
+
+        async fn upsert_sources(
+            &self,
+            request: CollectionRequest,
+        ) -> Result<CollectionStatus, KnowledgeError> {
+            Err(KnowledgeError::Unavailable(format!(
+                "no ingestion in this test double ({})",
+                request.name
+            )))
         }
     }
 

@@ -18,7 +18,7 @@ use crate::engine::{CrewEngine, RunLimits};
 use crate::knowledge_host::KnowledgeHost;
 use crate::registry::CrewRegistry;
 use crate::runs::Runs;
-use crate::service::{CrewApp, KnowledgeApp};
+use crate::service::{CrewApp, CrewEvalTool, KnowledgeApp};
 
 /// Everything a running Orkeon process needs.
 pub struct Services {
@@ -77,6 +77,17 @@ impl Services {
         // (content-word overlap with the cited passages).
         let groundedness: crate::engine::GroundednessFactory =
             Arc::new(|chat| Arc::new(CrewGroundedness::new(default_checker(Some(chat.clone())))));
+        let knowledge_app = Arc::new(KnowledgeApp::new(
+            config.clone(),
+            host.clone(),
+            resolver.clone(),
+            gates,
+        ));
+        // Agents' `rag_eval` runs the application layer's evaluation.
+        let eval_tool = Arc::new(CrewEvalTool::new(
+            knowledge_app.clone(),
+            config.rag.profile.clone(),
+        ));
         let engine = Arc::new(
             CrewEngine::new(
                 registry.clone(),
@@ -89,14 +100,9 @@ impl Services {
                     max_queued: config.limits.max_queued_runs,
                 },
             )
-            .with_groundedness(groundedness),
+            .with_groundedness(groundedness)
+            .with_eval_tool(eval_tool),
         );
-        let knowledge_app = Arc::new(KnowledgeApp::new(
-            config.clone(),
-            host.clone(),
-            resolver.clone(),
-            gates,
-        ));
         let crews = Arc::new(CrewApp::new(registry.clone(), engine.clone(), runs.clone()));
         Ok(Self {
             config,

@@ -153,6 +153,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         sources: vec!["**/*.md".into()],
         chunking: Some(ChunkingSettings::default()),
         reindex: false,
+        mode: orkeon_knowledge::ingest::IngestMode::Replace,
     };
 
     let before = embedder.stats();

@@ -503,6 +503,7 @@ fn populate(
             chunk_ids: chunks.iter().map(|c| c.id.clone()).collect(),
             ingested_at: ingested_at.clone(),
             validation: "clean".into(),
+            stale: None,
         };
         store.replace_source(collection, record, chunks)?;
     }

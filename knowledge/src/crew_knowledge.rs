@@ -1,9 +1,10 @@
 //! Knowledge policy for crews — the implementation of the crews' `KnowledgeService` port:
 //! kickoff-time ingestion of a crew's `rag:` collections through the incremental pipeline
-//! (each collection ends `ready`, `empty` or `failed`), and retrieval-only augmentation (no
-//! LLM call for generation): one retrieval per attached collection, concurrently, each through
-//! the attachment's profile (the host's `rag.profile` when it names none) and capped by its
-//! `max_passages`, merged round robin into one numbered `[n]` block in the shared prompt
+//! (each collection ends `ready`, `empty` or `failed`; the declared sources replace the
+//! collection's set), the `rag_ingest` tool's additive upserts, and retrieval-only augmentation
+//! (no LLM call for generation): one retrieval per attached collection, concurrently, each
+//! through the attachment's profile (the host's `rag.profile` when it names none) and capped by
+//! its `max_passages`, merged round robin into one numbered `[n]` block in the shared prompt
 //! convention.
 //!
 //! [`CollectionGates`] gives each collection a read/write gate: an ingestion (a kickoff's
@@ -22,7 +23,7 @@ use orkeon_crews::ports::{
 use serde_json::json;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-use crate::ingest::{IngestRequest, IngestionPipeline};
+use crate::ingest::{IngestMode, IngestRequest, IngestionPipeline};
 use crate::query::{ProfileResolver, RagQuery};
 use crate::settings::ChunkingSettings;
 use crate::types::Citation;
@@ -78,7 +79,9 @@ impl CrewKnowledge {
         &self.gates
     }
 
-    async fn bootstrap_one(&self, request: CollectionRequest) -> CollectionStatus {
+    /// Ingests one collection under its write gate: `Replace` for a crew's declared sources,
+    /// `Additive` for a tool's upsert.
+    async fn ingest_one(&self, request: CollectionRequest, mode: IngestMode) -> CollectionStatus {
         let chunking = match request
             .chunking
             .clone()
@@ -96,6 +99,7 @@ impl CrewKnowledge {
             sources: request.sources.clone(),
             chunking,
             reindex: false,
+            mode,
         };
         let _writing = self.gates.write(&request.name).await;
         match self.ingestion.ingest(&ingest, None).await {
@@ -152,7 +156,8 @@ impl KnowledgeService for CrewKnowledge {
     ) -> Result<Vec<CollectionStatus>, KnowledgeError> {
         let mut statuses = Vec::with_capacity(collections.len());
         for request in collections {
-            statuses.push(self.bootstrap_one(request).await);
+            // The crew file declares the collection's sources: they replace its set.
+            statuses.push(self.ingest_one(request, IngestMode::Replace).await);
         }
         Ok(statuses)
     }
@@ -177,6 +182,13 @@ impl KnowledgeService for CrewKnowledge {
             citations,
             trace: json!(traces),
         })
+    }
+
+    async fn upsert_sources(
+        &self,
+        request: CollectionRequest,
+    ) -> Result<CollectionStatus, KnowledgeError> {
+        Ok(self.ingest_one(request, IngestMode::Additive).await)
     }
 }
 
@@ -341,5 +353,98 @@ mod tests {
         let _reading = tokio::time::timeout(std::time::Duration::from_secs(1), gates.read("kb"))
             .await
             .expect("the reader gets in once the writer is done");
+    }
+
+    /// A crew knowledge service over an in-memory store and the hash embedder (profile `fast`).
+    fn in_memory_knowledge() -> (CrewKnowledge, Arc<crate::store::InMemoryStore>) {
+        use crate::embed::HashEmbedder;
+        use crate::query::{PipelineDeps, RerankerFactory, TransformerFactory};
+        use crate::settings::{EmbeddingSettings, IngestionSettings, RagSettings};
+        use crate::store::{DocumentStore, InMemoryQuarantineStore, InMemoryStore};
+
+        let store = Arc::new(InMemoryStore::new());
+        let embedder = Arc::new(HashEmbedder::new(256));
+        let ingestion = Arc::new(IngestionPipeline::new(
+            store.clone() as Arc<dyn DocumentStore>,
+            embedder.clone(),
+            Arc::new(InMemoryQuarantineStore::new()),
+            IngestionSettings::default(),
+        ));
+        let deps = PipelineDeps {
+            store: store.clone(),
+            embedder,
+            chat: None,
+            rerankers: Arc::new(RerankerFactory::builtin(EmbeddingSettings::default())),
+            transformers: Arc::new(TransformerFactory::builtin()),
+            groundedness: None,
+        };
+        let resolver = Arc::new(ProfileResolver::new(RagSettings::default(), deps, None));
+        let knowledge = CrewKnowledge::new(ingestion, resolver, "fast".into(), Arc::default());
+        (knowledge, store)
+    }
+
+    #[tokio::test]
+    async fn a_tool_upsert_keeps_the_declared_sources_and_a_kickoff_restores_the_declared_set() {
+        use crate::store::DocumentStore;
+
+        let crew = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(crew.path().join("kb")).unwrap();
+        std::fs::create_dir_all(crew.path().join("notes")).unwrap();
+        std::fs::write(
+            crew.path().join("kb/warranty.md"),
+            "The Pebble warranty covers manufacturing defects for two years.",
+        )
+        .unwrap();
+        std::fs::write(
+            crew.path().join("notes/recall.md"),
+            "The Lantern lamp batch is recalled because its switch overheats.",
+        )
+        .unwrap();
+        let (knowledge, store) = in_memory_knowledge();
+        let declared = CollectionRequest {
+            name: "kb".into(),
+            base_dir: crew.path().to_path_buf(),
+            sources: vec!["kb/*.md".into()],
+            chunking: None,
+        };
+        let ids = || -> Vec<String> {
+            store
+                .manifest("kb")
+                .unwrap()
+                .sources
+                .into_iter()
+                .map(|s| s.source_id)
+                .collect()
+        };
+
+        let statuses = knowledge.bootstrap(vec![declared.clone()]).await.unwrap();
+        assert_eq!(statuses[0].state, CollectionState::Ready);
+
+        let status = knowledge
+            .upsert_sources(CollectionRequest {
+                sources: vec!["notes/recall.md".into()],
+                ..declared.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!(status.state, CollectionState::Ready, "{status:?}");
+        assert_eq!(status.report["sources_removed"], 0);
+        assert_eq!(ids(), ["kb/warranty.md", "notes/recall.md"]);
+        for (query, source) in [
+            ("Pebble warranty manufacturing defects", "kb/warranty.md"),
+            ("Lantern lamp recalled switch", "notes/recall.md"),
+        ] {
+            let request = AugmentRequest {
+                attachments: vec![KnowledgeAttachment::named("kb")],
+                query: query.to_string(),
+                max_passages: 1,
+            };
+            let block = knowledge.augment(&request).await.unwrap();
+            assert_eq!(block.citations[0].source_id, source, "{query}");
+        }
+
+        // The crew file declares the collection's sources: the next kickoff replaces the set.
+        knowledge.bootstrap(vec![declared]).await.unwrap();
+        assert_eq!(ids(), ["kb/warranty.md"]);
     }
 }

@@ -118,6 +118,7 @@ pub async fn seed_support_corpus(
             chunk_ids: chunks.iter().map(|c| c.id.clone()).collect(),
             ingested_at: "2026-01-01T00:00:00Z".into(),
             validation: "clean".into(),
+            stale: None,
         };
         store.replace_source(collection, record, chunks)?;
     }

@@ -41,6 +41,10 @@ pub struct EvalArgs {
     /// profiles' candidate counts rise to at least this, so rerankers score this many passages.
     #[arg(long, default_value_t = 100)]
     pub retrieve_k: usize,
+    /// Evaluate this existing collection as it is (the corpus is not ingested; the golden
+    /// dataset's refs are matched against the collection's source ids).
+    #[arg(long)]
+    pub collection: Option<String>,
 }
 
 /// Runs the evaluation; `Ok(false)` when the gate failed.
@@ -59,6 +63,7 @@ pub async fn run(args: EvalArgs, api: &dyn KnowledgeApi, out: &Output) -> anyhow
         concurrency: args.concurrency.max(1),
         retrieve_k: args.retrieve_k,
         gate: args.gate.clone(),
+        collection: args.collection.clone(),
     };
     let bar = progress_bar(out, "eval");
     let progress = bar.clone().map(|bar| {

@@ -17,6 +17,8 @@ use crate::service::{ChunkingOverrides, IngestParams, KnowledgeApi, KnowledgeApp
 #[derive(Debug, Subcommand)]
 pub enum RagCommand {
     /// Ingest sources into a collection (incremental: unchanged sources cost nothing).
+    /// Additive: the named sources are upserted and every other source is kept, unless
+    /// `--replace`.
     Ingest(IngestArgs),
     /// Retrieve cited passages for a query: the profile's pipeline up to assembly, no LLM call.
     Search(SearchArgs),
@@ -58,9 +60,15 @@ pub struct IngestArgs {
     pub max_tokens: Option<usize>,
     #[arg(long)]
     pub overlap: Option<usize>,
-    /// Purge and rebuild the collection (also needed after changing the embedding model).
+    /// Purge and rebuild the collection from the named sources (also needed after changing
+    /// the embedding model); refused when the collection holds other sources, unless
+    /// `--replace`.
     #[arg(long)]
     pub reindex: bool,
+    /// Make the named sources the collection's whole set: sources not named are purged.
+    /// Without it, ingestion is additive and never removes another source.
+    #[arg(long)]
+    pub replace: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -209,6 +217,14 @@ async fn execute(
                     s.validation
                 );
             }
+            for s in manifest.sources.iter().filter(|s| s.stale.is_some()) {
+                println!(
+                    "stale: {} keeps its content of {}; its last load failed: {}",
+                    s.source_id,
+                    s.ingested_at,
+                    s.stale.as_deref().unwrap_or_default()
+                );
+            }
             for entry in &manifest.corrupt_entries {
                 println!("corrupt entry: {entry}");
             }
@@ -265,6 +281,7 @@ async fn ingest(args: IngestArgs, api: &dyn KnowledgeApi, out: &Output) -> anyho
             overlap: args.overlap,
         },
         reindex: args.reindex,
+        replace: args.replace,
         base_dir,
     };
     let bar = progress_bar(out, "ingesting");
@@ -302,6 +319,12 @@ async fn ingest(args: IngestArgs, api: &dyn KnowledgeApi, out: &Output) -> anyho
     );
     for q in &report.quarantined {
         println!("quarantined {}: {}", q.source, q.reason);
+    }
+    for s in &report.stale {
+        println!(
+            "stale {} (its last good content is kept): {}",
+            s.source, s.error
+        );
     }
     for w in &report.warnings {
         println!("warning: {w}");

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use orkeon_knowledge::ingest::{IngestReport, QuarantinedSource};
+use orkeon_knowledge::ingest::{IngestReport, QuarantinedSource, StaleSource};
 use orkeon_knowledge::store::{
     CollectionInfo, Manifest, SearchMode, SourceRecord, VectorIndexStatus,
 };
@@ -47,6 +47,7 @@ pub fn ingest_params_from_pb(request: pb::IngestRequest) -> IngestParams {
             })
             .unwrap_or_default(),
         reindex: request.reindex,
+        replace: request.replace,
         base_dir: None,
     }
 }
@@ -62,6 +63,7 @@ pub fn ingest_params_to_pb(params: IngestParams) -> pb::IngestRequest {
             overlap: c.overlap.map(|n| n as u32),
         }),
         reindex: params.reindex,
+        replace: params.replace,
     }
 }
 
@@ -129,6 +131,7 @@ pub fn eval_params_from_pb(request: pb::EvaluateRequest) -> EvalParams {
             request.retrieve_k as usize
         },
         gate: non_empty(request.gate).map(PathBuf::from),
+        collection: non_empty(request.collection),
     }
 }
 
@@ -145,6 +148,7 @@ pub fn eval_params_to_pb(params: EvalParams) -> pb::EvaluateRequest {
             .gate
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
+        collection: params.collection.unwrap_or_default(),
     }
 }
 
@@ -187,6 +191,14 @@ pub fn ingest_report_to_pb(report: IngestReport) -> pb::IngestReport {
             .collect(),
         warnings: report.warnings,
         duration_ms: report.duration_ms,
+        stale: report
+            .stale
+            .into_iter()
+            .map(|s| pb::StaleSource {
+                source: s.source,
+                error: s.error,
+            })
+            .collect(),
     }
 }
 
@@ -209,6 +221,14 @@ pub fn ingest_report_from_pb(report: pb::IngestReport) -> IngestReport {
             .collect(),
         warnings: report.warnings,
         duration_ms: report.duration_ms,
+        stale: report
+            .stale
+            .into_iter()
+            .map(|s| StaleSource {
+                source: s.source,
+                error: s.error,
+            })
+            .collect(),
     }
 }
 
@@ -341,6 +361,7 @@ pub fn manifest_to_pb(m: Manifest) -> pb::Manifest {
                 embedding_profile: s.embedding_profile,
                 ingested_at: s.ingested_at,
                 validation: s.validation,
+                stale: s.stale,
             })
             .collect(),
         corrupt_entries: m.corrupt_entries,
@@ -363,6 +384,7 @@ pub fn manifest_from_pb(m: pb::Manifest) -> Manifest {
                 chunk_ids: s.chunk_ids,
                 ingested_at: s.ingested_at,
                 validation: s.validation,
+                stale: s.stale,
             })
             .collect(),
         corrupt_entries: m.corrupt_entries,
@@ -555,6 +577,7 @@ mod tests {
                 overlap: Some(0),
             },
             reindex: true,
+            replace: true,
             base_dir: None,
         };
         assert_eq!(
@@ -601,6 +624,7 @@ mod tests {
                 chunk_ids: vec!["c1".into(), "c2".into()],
                 ingested_at: "2026-12-03T00:00:00Z".into(),
                 validation: "clean".into(),
+                stale: None,
             }],
             corrupt_entries: vec![],
         };

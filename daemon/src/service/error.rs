@@ -105,6 +105,8 @@ impl From<IngestError> for ServiceError {
             IngestError::Store(store) => store.into(),
             IngestError::Embed(_) => ServiceError::Unavailable(message),
             IngestError::Quarantine(_) | IngestError::Task(_) => ServiceError::Internal(message),
+            // The caller asks for replace, or names the other sources too.
+            IngestError::ReindexWouldPurge { .. } => Self::invalid("replace", message),
         }
     }
 }

@@ -18,7 +18,7 @@ use orkeon_crews::ports::ChatModel;
 use orkeon_knowledge::crew_knowledge::CollectionGates;
 use orkeon_knowledge::eval::harness::{EvalHarness, EvalOptions, EvalProgress};
 use orkeon_knowledge::eval::{EvalReport, check_gate, load_dataset, load_floors, render_markdown};
-use orkeon_knowledge::ingest::{IngestProgress, IngestReport, IngestRequest};
+use orkeon_knowledge::ingest::{IngestMode, IngestProgress, IngestReport, IngestRequest};
 use orkeon_knowledge::query::{
     ProfileResolver, RagQuery, RetrieveOnly, StagedRagPipeline, resolve_options,
 };
@@ -76,8 +76,12 @@ pub struct IngestParams {
     /// Paths, globs or URLs.
     pub sources: Vec<String>,
     pub chunking: ChunkingOverrides,
-    /// Purge and rebuild the collection.
+    /// Purge and rebuild the collection from the named sources.
     pub reindex: bool,
+    /// The named sources become the collection's whole set (sources not named are purged);
+    /// `false`: additive, every other source is kept.
+    #[serde(default)]
+    pub replace: bool,
     /// Folder relative sources resolve against; `None`: the serving process's working
     /// directory.
     pub base_dir: Option<PathBuf>,
@@ -112,6 +116,10 @@ pub struct EvalParams {
     pub retrieve_k: usize,
     /// Floors to check the report against.
     pub gate: Option<PathBuf>,
+    /// Evaluate this existing collection as it is instead of ingesting the dataset's corpus
+    /// (golden datasets; refs are matched against the collection's source ids).
+    #[serde(default)]
+    pub collection: Option<String>,
 }
 
 /// An evaluation's report, rendered, and its gate verdict.
@@ -356,6 +364,7 @@ impl KnowledgeApi for KnowledgeApp {
             base_dir,
             sources: params.sources,
             reindex: params.reindex,
+            mode: IngestMode::from_replace(params.replace),
         };
         let engine = self.engine().await?;
         let _writing = self.gates.write(&request.collection).await;
@@ -444,6 +453,10 @@ impl KnowledgeApi for KnowledgeApp {
         progress: Option<EvalProgressFn<'_>>,
     ) -> Result<EvalOutcome, ServiceError> {
         let dataset = load_dataset(&params.dataset, &params.split)?;
+        let existing = params.collection.filter(|c| !c.trim().is_empty());
+        if let Some(collection) = &existing {
+            self.require_collection(collection)?;
+        }
         let floors = params.gate.as_deref().map(load_floors).transpose()?;
         let engine = self.engine().await?;
         let chat: Option<Arc<dyn ChatModel>> = if params.offline {
@@ -470,7 +483,13 @@ impl KnowledgeApi for KnowledgeApp {
             concurrency: params.concurrency.max(1),
             retrieve_k: params.retrieve_k,
             cache_dir: Some(self.config.data_dir.join("eval-cache")),
+            collection: existing.clone(),
             ..EvalOptions::default()
+        };
+        // An existing collection is only read: hold its read gate while the cases run.
+        let _reading = match &existing {
+            Some(collection) => Some(self.gates.read(collection).await),
+            None => None,
         };
         let report = harness.run(&dataset, &options, progress).await?;
         self.store.flush()?;

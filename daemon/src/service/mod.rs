@@ -14,6 +14,7 @@
 
 mod crews;
 mod error;
+mod eval_tool;
 mod knowledge;
 
 pub use crews::{
@@ -21,6 +22,7 @@ pub use crews::{
     MAX_RUNS_PAGE, RunPage,
 };
 pub use error::ServiceError;
+pub use eval_tool::CrewEvalTool;
 pub use knowledge::{
     ChunkingOverrides, EvalOutcome, EvalParams, EvalProgressFn, GateVerdict, IngestParams,
     IngestProgressFn, KnowledgeApi, KnowledgeApp, QueryParams,

@@ -108,6 +108,7 @@ async fn fixture() -> Fixture {
                 sources: SOURCES.iter().map(|s| s.to_string()).collect(),
                 chunking: Some(ChunkingSettings::default()),
                 reindex: false,
+                mode: crate::ingest::IngestMode::Replace,
             },
             None,
         )

@@ -58,6 +58,10 @@ pub struct EvalOptions {
     /// Folder for the `.txt` files of BEIR corpora (one sub-folder per collection); required
     /// for BEIR datasets. The CLI passes `<data-dir>/eval-cache`.
     pub cache_dir: Option<PathBuf>,
+    /// Evaluate this existing collection as it is: the dataset's corpus is not ingested, and
+    /// its refs are suffix-matched against the collection's source ids (golden datasets only).
+    /// `None`: ingest the corpus into the dataset's own collection.
+    pub collection: Option<String>,
 }
 
 impl Default for EvalOptions {
@@ -73,6 +77,7 @@ impl Default for EvalOptions {
                 .map(|t| t.to_string())
                 .collect(),
             cache_dir: None,
+            collection: None,
         }
     }
 }
@@ -315,6 +320,7 @@ impl EvalHarness {
                     sources: patterns.clone(),
                     chunking: dataset.chunking.clone(),
                     reindex: false,
+                    mode: crate::ingest::IngestMode::Replace,
                 },
                 DocumentKeys::Refs,
             ),
@@ -339,6 +345,7 @@ impl EvalHarness {
                         sources: files.patterns.clone(),
                         chunking: dataset.chunking.clone(),
                         reindex: false,
+                        mode: crate::ingest::IngestMode::Replace,
                     },
                     DocumentKeys::Beir(files),
                 )
@@ -399,7 +406,25 @@ impl EvalHarness {
             }
         });
 
-        let (ingestion, keys) = self.ingest(dataset, options, progress).await?;
+        let (ingestion, keys, collection) = match &options.collection {
+            Some(existing) => {
+                if !matches!(dataset.corpus, CorpusSource::Directory { .. }) {
+                    return Err(EvalError::InvalidOptions(format!(
+                        "dataset '{}' is in BEIR format: its document ids only exist in its own collection, so it cannot evaluate the existing collection '{existing}'; use a golden YAML dataset whose refs name that collection's sources",
+                        dataset.name
+                    )));
+                }
+                let ingestion = crate::ingest::IngestReport {
+                    collection: existing.clone(),
+                    ..Default::default()
+                };
+                (ingestion, DocumentKeys::Refs, existing.as_str())
+            }
+            None => {
+                let (ingestion, keys) = self.ingest(dataset, options, progress).await?;
+                (ingestion, keys, dataset.collection.as_str())
+            }
+        };
         let mut warnings = dataset.warnings.clone();
         for quarantined in &ingestion.quarantined {
             warnings.push(format!(
@@ -408,7 +433,11 @@ impl EvalHarness {
             ));
         }
         warnings.extend(ingestion.warnings.iter().cloned());
-        if ingestion.sources_total == 0 {
+        if options.collection.is_some() {
+            warnings.push(format!(
+                "evaluated the existing collection '{collection}' as it is; the dataset's corpus was not ingested"
+            ));
+        } else if ingestion.sources_total == 0 {
             warnings.push(format!(
                 "the corpus of dataset '{}' matched no source: every metric is 0",
                 dataset.name
@@ -427,7 +456,7 @@ impl EvalHarness {
                 retrieval,
                 generation,
                 path,
-                collection: &dataset.collection,
+                collection,
                 keys: &keys,
                 judge: judge.as_ref(),
                 options,

@@ -6,8 +6,18 @@
 //! - A changed source is re-chunked; only chunks whose content hash (text + chunker settings +
 //!   embedding profile) is new are embedded, the others reuse their stored vectors. Its new
 //!   chunks and manifest entry are committed atomically, replacing the old ones.
-//! - A source that no longer matches the request is purged.
-//! - A collection recording another embedding profile fails loudly unless `reindex`.
+//! - A multi-part source (PDF pages, CSV rows) is committed in ONE store batch: all its parts,
+//!   and the removal of the parts it no longer has, land together or not at all.
+//! - [`IngestMode::Additive`] (the default of API requests and the `rag_ingest` tool) upserts
+//!   the named sources and never removes another; [`IngestMode::Replace`] (a crew file's
+//!   declared sources at kickoff and hot reload) makes the named sources the collection's whole
+//!   set: a source no longer named (or whose file is gone) is purged.
+//! - A source that cannot be loaded (read, fetched or parsed) keeps its last good chunks: its
+//!   manifest entries are marked `stale` with the error and the report lists it. A source
+//!   never ingested before is quarantined instead (there is nothing to keep).
+//! - A collection recording another embedding profile fails loudly unless `reindex`; a
+//!   reindex rebuilds from the named sources only, so an additive reindex of a collection
+//!   holding other sources is refused rather than dropping them.
 //! - Rejected documents (integrity or prompt injection) are quarantined, never searchable.
 //!
 //! Ingestion of one collection is serialised (concurrent requests for the same collection run
@@ -27,13 +37,42 @@ use crate::chunk::{ChunkError, build_chunker};
 use crate::embed::{EmbedError, Embedder};
 use crate::load::{self, LoadError, SourceRef};
 use crate::settings::{ChunkingSettings, IngestionSettings, SuspiciousAction};
-use crate::store::{DocumentStore, SourceRecord, StoreError};
+use crate::store::{DocumentStore, SourceBatch, SourceRecord, SourceWrite, StoreError};
 use crate::types::{Document, EmbeddingProfile, StoredChunk};
 use crate::validate::{
     InjectionValidator, IntegrityValidator, QuarantineEntry, QuarantineStore, Verdict,
 };
 
 pub use plan::{file_of, part_ids_of};
+
+/// How a request's sources relate to the collection's other sources.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IngestMode {
+    /// Upsert the named sources; every other source of the collection is kept.
+    #[default]
+    Additive,
+    /// The named sources become the collection's whole set: sources not named are purged.
+    Replace,
+}
+
+impl IngestMode {
+    /// `replace: true` of the API, `--replace` of the CLI.
+    pub fn from_replace(replace: bool) -> Self {
+        if replace {
+            Self::Replace
+        } else {
+            Self::Additive
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Additive => "additive",
+            Self::Replace => "replace",
+        }
+    }
+}
 
 /// What to ingest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,8 +84,12 @@ pub struct IngestRequest {
     pub sources: Vec<String>,
     /// Chunker settings; the configured default when `None`.
     pub chunking: Option<ChunkingSettings>,
-    /// Purge the collection and rebuild it (also the way to change embedding profile).
+    /// Purge the collection and rebuild it from the named sources (also the way to change
+    /// embedding profile).
     pub reindex: bool,
+    /// Additive (default) or replace (see [`IngestMode`]).
+    #[serde(default)]
+    pub mode: IngestMode,
 }
 
 /// A source refused by validation.
@@ -54,6 +97,14 @@ pub struct IngestRequest {
 pub struct QuarantinedSource {
     pub source: String,
     pub reason: String,
+}
+
+/// A source whose load failed: its last good chunks stay searchable, marked stale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StaleSource {
+    pub source: String,
+    /// Why the load failed.
+    pub error: String,
 }
 
 /// What an ingestion did.
@@ -71,6 +122,9 @@ pub struct IngestReport {
     pub chunks_embedded: usize,
     pub chunks_upserted: usize,
     pub quarantined: Vec<QuarantinedSource>,
+    /// Sources that could not be loaded and keep their last good content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<StaleSource>,
     /// Non-fatal problems (missing paths, corrupt manifest entries).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -100,6 +154,31 @@ pub enum IngestError {
     Quarantine(String),
     #[error("ingestion task failed: {0}")]
     Task(String),
+    /// An additive reindex would drop sources the request does not name.
+    #[error(
+        "reindexing collection '{collection}' rebuilds it from the named sources only, but it also holds {} other source(s) ({}): ask for replace (`--replace`, `replace: true`) to drop them, or name them too",
+        others.len(),
+        preview(others)
+    )]
+    ReindexWouldPurge {
+        collection: String,
+        others: Vec<String>,
+    },
+}
+
+/// The first few items of a list, for messages.
+fn preview(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        text.push_str(&format!(", … {} more", items.len() - SHOWN));
+    }
+    text
 }
 
 /// The ingestion façade.
@@ -183,9 +262,41 @@ impl IngestionPipeline {
         let profile_label = profile.to_string();
         let chunking_label = chunking.fingerprint();
 
+        // Expand the request (touches no store).
+        let expansion = load::expand_sources(&request.base_dir, &request.sources, &self.settings)?;
+        for missing in &expansion.missing {
+            let consequence = match request.mode {
+                IngestMode::Replace => "its chunks are purged",
+                IngestMode::Additive => {
+                    "nothing is ingested from it and its chunks, if any, are kept"
+                }
+            };
+            report.warnings.push(format!(
+                "source '{missing}' does not exist (relative to {}); {consequence}",
+                request.base_dir.display()
+            ));
+        }
+        report.sources_total = expansion.sources.len();
+        let wanted: BTreeSet<&str> = expansion.sources.iter().map(|s| s.id.as_str()).collect();
+
         // Profile drift and reindex.
         let manifest = self.store.manifest(collection)?;
         if request.reindex {
+            if request.mode == IngestMode::Additive {
+                let others: BTreeSet<String> = manifest
+                    .sources
+                    .iter()
+                    .map(|r| file_of(&r.source_id))
+                    .filter(|file| !wanted.contains(file))
+                    .map(str::to_string)
+                    .collect();
+                if !others.is_empty() {
+                    return Err(IngestError::ReindexWouldPurge {
+                        collection: collection.to_string(),
+                        others: others.into_iter().collect(),
+                    });
+                }
+            }
             if manifest.profile.is_some() || !manifest.sources.is_empty() {
                 self.store.drop_collection(collection)?;
             }
@@ -216,22 +327,24 @@ impl IngestionPipeline {
             .map(|r| (r.source_id.clone(), r))
             .collect();
 
-        // Expand the request.
-        let expansion = load::expand_sources(&request.base_dir, &request.sources, &self.settings)?;
-        for missing in &expansion.missing {
-            report.warnings.push(format!(
-                "source '{missing}' does not exist (relative to {}); its chunks are purged",
-                request.base_dir.display()
-            ));
-        }
-        report.sources_total = expansion.sources.len();
-        let wanted: BTreeSet<&str> = expansion.sources.iter().map(|s| s.id.as_str()).collect();
-
-        // Purge manifest entries whose file is no longer requested.
-        for source_id in records.keys() {
-            if !wanted.contains(file_of(source_id)) {
-                self.store.delete_source(collection, source_id)?;
-                report.sources_removed += 1;
+        // Replace: purge, in one batch, the manifest entries whose file is no longer named.
+        if request.mode == IngestMode::Replace {
+            let purged: Vec<String> = records
+                .keys()
+                .filter(|id| !wanted.contains(file_of(id)))
+                .cloned()
+                .collect();
+            if !purged.is_empty() {
+                let outcome = self
+                    .commit(
+                        collection,
+                        SourceBatch {
+                            writes: Vec::new(),
+                            deletes: purged,
+                        },
+                    )
+                    .await?;
+                report.sources_removed += outcome.sources_deleted;
             }
         }
 
@@ -257,7 +370,7 @@ impl IngestionPipeline {
             }
             match outcome {
                 SourceOutcome::Skipped => report.sources_skipped += 1,
-                SourceOutcome::Quarantined => {}
+                SourceOutcome::Quarantined | SourceOutcome::Stale => {}
                 SourceOutcome::Ready(job) => in_flight = Some(job),
             }
             if let Some(progress) = progress {
@@ -280,6 +393,8 @@ impl IngestionPipeline {
             removed = report.sources_removed,
             chunks_embedded = report.chunks_embedded,
             quarantined = report.quarantined.len(),
+            stale = report.stale.len(),
+            mode = request.mode.as_str(),
             duration_ms = report.duration_ms,
             "ingestion finished"
         );
@@ -304,19 +419,22 @@ impl IngestionPipeline {
             Ok(raw) => raw,
             Err(error) => {
                 let reason = format!("could not be read: {error}");
-                self.reject(collection, source, &previous, "", &reason, "", report)?;
-                return Ok(SourceOutcome::Quarantined);
+                return self
+                    .load_failed(collection, source, records, &previous, &reason, report)
+                    .await;
             }
         };
         let file_hash = sha256_hex(&raw.bytes);
 
-        // Unchanged: every recorded part carries the same file hash, chunker and profile.
+        // Unchanged: every recorded part carries the same file hash, chunker and profile, and
+        // none is stale (a stale part is rewritten to clear its mark; its vectors are reused).
         let unchanged = !previous.is_empty()
             && previous.iter().all(|id| {
                 records.get(*id).is_some_and(|r| {
                     r.content_hash == file_hash
                         && r.chunking == chunking_label
                         && r.embedding_profile == profile_label
+                        && r.stale.is_none()
                 })
             });
         if unchanged {
@@ -328,17 +446,24 @@ impl IngestionPipeline {
             let reason = reasons.join("; ");
             self.reject(
                 collection, source, &previous, &file_hash, &reason, &excerpt, report,
-            )?;
+            )
+            .await?;
             return Ok(SourceOutcome::Quarantined);
         }
         let documents = match load::parse(source, &raw) {
             Ok(documents) => documents,
             Err(error) => {
                 let reason = format!("could not be parsed: {error}");
-                self.reject(
-                    collection, source, &previous, &file_hash, &reason, "", report,
-                )?;
-                return Ok(SourceOutcome::Quarantined);
+                if previous.is_empty() {
+                    self.reject(
+                        collection, source, &previous, &file_hash, &reason, "", report,
+                    )
+                    .await?;
+                    return Ok(SourceOutcome::Quarantined);
+                }
+                return self
+                    .load_failed(collection, source, records, &previous, &reason, report)
+                    .await;
             }
         };
 
@@ -409,6 +534,7 @@ impl IngestionPipeline {
                 chunk_ids: stored.iter().map(|c| c.id.clone()).collect(),
                 ingested_at: now_rfc3339(),
                 validation,
+                stale: None,
             };
             kept_parts.insert(document.source_id.clone());
             pending.push((record, stored));
@@ -448,30 +574,40 @@ impl IngestionPipeline {
 
         if kept_parts.is_empty() {
             // Every part was refused: whatever of the file was searchable goes too.
-            for id in &previous {
-                self.store.delete_source(collection, id)?;
-                report.sources_removed += 1;
+            if !previous.is_empty() {
+                let outcome = self
+                    .commit(
+                        collection,
+                        SourceBatch {
+                            writes: Vec::new(),
+                            deletes: previous.iter().map(|id| id.to_string()).collect(),
+                        },
+                    )
+                    .await?;
+                report.sources_removed += outcome.sources_deleted;
             }
             return Ok(SourceOutcome::Quarantined);
         }
-        // Commit part by part (each atomic), then purge parts that disappeared — started now,
-        // awaited by the caller after it has prepared the next source.
+        // Every part, and the removal of the parts that disappeared, in ONE batch — started
+        // now, awaited by the caller after it has prepared the next source.
         let store = self.store.clone();
         let collection_owned = collection.to_string();
-        let stale: Vec<String> = previous
-            .iter()
-            .filter(|id| !kept_parts.contains(**id))
-            .map(|id| id.to_string())
-            .collect();
-        let upserted: usize = pending.iter().map(|(_, chunks)| chunks.len()).sum();
+        let batch = SourceBatch {
+            writes: pending
+                .into_iter()
+                .map(|(record, chunks)| SourceWrite { record, chunks })
+                .collect(),
+            deletes: previous
+                .iter()
+                .filter(|id| !kept_parts.contains(**id))
+                .map(|id| id.to_string())
+                .collect(),
+        };
+        let upserted: usize = batch.writes.iter().map(|w| w.chunks.len()).sum();
         let handle = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
-            for (record, chunks) in pending {
-                store.replace_source(&collection_owned, record, chunks)?;
-            }
-            for id in &stale {
-                store.delete_source(&collection_owned, id)?;
-            }
-            Ok(stale.len())
+            store
+                .commit_sources(&collection_owned, batch)
+                .map(|outcome| outcome.sources_deleted)
         });
         Ok(SourceOutcome::Ready(CommitJob {
             handle,
@@ -524,9 +660,80 @@ impl IngestionPipeline {
         }
     }
 
-    /// Quarantines a whole source and purges whatever of it was searchable.
+    /// Commits a batch on a blocking thread.
+    async fn commit(
+        &self,
+        collection: &str,
+        batch: SourceBatch,
+    ) -> Result<crate::store::BatchOutcome, IngestError> {
+        let store = self.store.clone();
+        let collection = collection.to_string();
+        let outcome = tokio::task::spawn_blocking(move || store.commit_sources(&collection, batch))
+            .await
+            .map_err(|e| IngestError::Task(e.to_string()))??;
+        Ok(outcome)
+    }
+
+    /// A source that could not be loaded: a source ingested before keeps its last good chunks,
+    /// its manifest entries marked stale with `reason` (one batch; nothing is written when
+    /// they already carry that mark); a source never ingested is quarantined.
+    async fn load_failed(
+        &self,
+        collection: &str,
+        source: &SourceRef,
+        records: &BTreeMap<String, SourceRecord>,
+        previous: &[&str],
+        reason: &str,
+        report: &mut IngestReport,
+    ) -> Result<SourceOutcome, IngestError> {
+        if previous.is_empty() {
+            self.reject(collection, source, previous, "", reason, "", report)
+                .await?;
+            return Ok(SourceOutcome::Quarantined);
+        }
+        tracing::warn!(
+            collection,
+            source = %source.id,
+            reason,
+            "source could not be loaded; its last good content is kept, marked stale"
+        );
+        report.stale.push(StaleSource {
+            source: source.id.clone(),
+            error: reason.to_string(),
+        });
+        let already_marked = previous.iter().all(|id| {
+            records
+                .get(*id)
+                .is_some_and(|r| r.stale.as_deref() == Some(reason))
+        });
+        if already_marked {
+            return Ok(SourceOutcome::Stale);
+        }
+        let mut writes = Vec::with_capacity(previous.len());
+        for id in previous {
+            let Some(record) = records.get(*id) else {
+                continue;
+            };
+            let chunks = self.store.chunks_of_source(collection, id)?;
+            let mut record = record.clone();
+            record.chunk_ids = chunks.iter().map(|c| c.id.clone()).collect();
+            record.stale = Some(reason.to_string());
+            writes.push(SourceWrite { record, chunks });
+        }
+        self.commit(
+            collection,
+            SourceBatch {
+                writes,
+                deletes: Vec::new(),
+            },
+        )
+        .await?;
+        Ok(SourceOutcome::Stale)
+    }
+
+    /// Quarantines a whole source and purges, in one batch, whatever of it was searchable.
     #[allow(clippy::too_many_arguments)]
-    fn reject(
+    async fn reject(
         &self,
         collection: &str,
         source: &SourceRef,
@@ -537,9 +744,17 @@ impl IngestionPipeline {
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
         self.quarantine_entry(collection, &source.id, hash, reason, excerpt)?;
-        for id in previous {
-            self.store.delete_source(collection, id)?;
-            report.sources_removed += 1;
+        if !previous.is_empty() {
+            let outcome = self
+                .commit(
+                    collection,
+                    SourceBatch {
+                        writes: Vec::new(),
+                        deletes: previous.iter().map(|id| id.to_string()).collect(),
+                    },
+                )
+                .await?;
+            report.sources_removed += outcome.sources_deleted;
         }
         report.quarantined.push(QuarantinedSource {
             source: source.id.clone(),
@@ -573,6 +788,8 @@ impl IngestionPipeline {
 enum SourceOutcome {
     Skipped,
     Quarantined,
+    /// Could not be loaded; its last good content is kept, marked stale.
+    Stale,
     /// Prepared and embedded; its commit is running.
     Ready(CommitJob),
 }

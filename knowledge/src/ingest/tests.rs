@@ -8,6 +8,7 @@ use super::*;
 use crate::embed::HashEmbedder;
 use crate::settings::StoreSettings;
 use crate::store::EmbeddedStore;
+use crate::types::{EmbeddingProfile, StoredChunk};
 
 fn embedder(model: &str) -> Arc<dyn Embedder> {
     Arc::new(HashEmbedder::named(model, 128))
@@ -60,6 +61,7 @@ fn request(f: &Fixture, reindex: bool) -> IngestRequest {
         sources: vec!["*".into()],
         chunking: None,
         reindex,
+        mode: IngestMode::Replace,
     }
 }
 
@@ -163,4 +165,306 @@ async fn a_corrupt_manifest_entry_degrades_to_full_ingestion_with_a_warning() {
     let manifest = f.store.manifest("kb").expect("manifest");
     assert!(manifest.corrupt_entries.is_empty(), "{manifest:?}");
     assert!(manifest.sources.iter().any(|s| s.source_id == "refunds.md"));
+}
+
+fn named(f: &Fixture, sources: &[&str], mode: IngestMode) -> IngestRequest {
+    IngestRequest {
+        collection: "kb".into(),
+        base_dir: f.corpus.clone(),
+        sources: sources.iter().map(|s| s.to_string()).collect(),
+        chunking: None,
+        reindex: false,
+        mode,
+    }
+}
+
+fn source_ids(f: &Fixture) -> Vec<String> {
+    f.store
+        .manifest("kb")
+        .expect("manifest")
+        .sources
+        .into_iter()
+        .map(|s| s.source_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn additive_requests_keep_other_sources_and_replace_purges_them() {
+    let f = fixture();
+    std::fs::write(
+        f.corpus.join("warranty.md"),
+        "The warranty lasts two years.\n",
+    )
+    .unwrap();
+    let p = pipeline(&f, embedder("hash-a"));
+    p.ingest(
+        &named(&f, &["refunds.md", "stores.csv"], IngestMode::Replace),
+        None,
+    )
+    .await
+    .expect("ingest");
+
+    // Additive: the named source is upserted, the others stay.
+    let report = p
+        .ingest(&named(&f, &["warranty.md"], IngestMode::Additive), None)
+        .await
+        .expect("additive");
+    assert_eq!((report.sources_ingested, report.sources_removed), (1, 0));
+    assert_eq!(
+        source_ids(&f),
+        [
+            "refunds.md",
+            "stores.csv#row=1",
+            "stores.csv#row=2",
+            "warranty.md"
+        ]
+    );
+    // A missing file named additively removes nothing either.
+    let report = p
+        .ingest(&named(&f, &["gone.md"], IngestMode::Additive), None)
+        .await
+        .expect("additive");
+    assert_eq!(report.sources_removed, 0);
+    assert!(
+        report.warnings.iter().any(|w| w.contains("are kept")),
+        "{report:?}"
+    );
+    assert_eq!(source_ids(&f).len(), 4);
+
+    // Replace: the named set becomes the whole collection, purged in one go.
+    let report = p
+        .ingest(&named(&f, &["warranty.md"], IngestMode::Replace), None)
+        .await
+        .expect("replace");
+    assert_eq!(report.sources_removed, 3, "{report:?}");
+    assert_eq!(report.sources_skipped, 1, "warranty.md is unchanged");
+    assert_eq!(source_ids(&f), ["warranty.md"]);
+}
+
+#[tokio::test]
+async fn an_additive_reindex_refuses_to_drop_sources_it_does_not_name() {
+    let f = fixture();
+    let p = pipeline(&f, embedder("hash-a"));
+    p.ingest(&request(&f, false), None).await.expect("ingest");
+    let mut reindex = named(&f, &["refunds.md"], IngestMode::Additive);
+    reindex.reindex = true;
+    let error = p
+        .ingest(&reindex, None)
+        .await
+        .expect_err("would purge stores.csv")
+        .to_string();
+    assert!(
+        error.contains("'kb'") && error.contains("stores.csv") && error.contains("--replace"),
+        "{error}"
+    );
+    assert_eq!(source_ids(&f).len(), 3, "nothing was dropped");
+    // Naming every source, an additive reindex is allowed.
+    let mut all = named(&f, &["refunds.md", "stores.csv"], IngestMode::Additive);
+    all.reindex = true;
+    let report = p.ingest(&all, None).await.expect("reindex");
+    assert_eq!(report.sources_ingested, 2);
+}
+
+/// The pipeline's view of a PDF of the example corpus (two pages).
+fn example_pdf() -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/rag/eval/corpus/reports/aquaprobe-s2-datasheet.pdf");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test]
+async fn a_source_that_fails_to_load_keeps_its_last_good_content_marked_stale() {
+    let f = fixture();
+    let pdf = f.corpus.join("datasheet.pdf");
+    std::fs::write(&pdf, example_pdf()).unwrap();
+    let p = pipeline(&f, embedder("hash-a"));
+    p.ingest(&request(&f, false), None).await.expect("ingest");
+    let pages: Vec<String> = source_ids(&f)
+        .into_iter()
+        .filter(|id| id.starts_with("datasheet.pdf#page="))
+        .collect();
+    assert!(!pages.is_empty());
+    let chunks_before: Vec<StoredChunk> = pages
+        .iter()
+        .flat_map(|id| f.store.chunks_of_source("kb", id).unwrap())
+        .collect();
+
+    // The file is overwritten by something that starts like a PDF but cannot be parsed.
+    std::fs::write(&pdf, b"%PDF-1.7\ncut short by a crashed writer").unwrap();
+    let report = p.ingest(&request(&f, false), None).await.expect("ingest");
+    assert_eq!(report.stale.len(), 1, "{report:?}");
+    assert_eq!(report.stale[0].source, "datasheet.pdf");
+    assert!(report.stale[0].error.contains("could not be parsed"));
+    assert!(report.quarantined.is_empty(), "{report:?}");
+    assert_eq!(report.sources_removed, 0);
+    let manifest = f.store.manifest("kb").expect("manifest");
+    for page in &pages {
+        let record = manifest
+            .sources
+            .iter()
+            .find(|r| &r.source_id == page)
+            .expect("the page is still in the manifest");
+        assert!(
+            record
+                .stale
+                .as_deref()
+                .is_some_and(|e| e.contains("could not be parsed")),
+            "{record:?}"
+        );
+    }
+    let chunks_after: Vec<StoredChunk> = pages
+        .iter()
+        .flat_map(|id| f.store.chunks_of_source("kb", id).unwrap())
+        .collect();
+    assert_eq!(chunks_after, chunks_before, "the last good chunks are kept");
+    let hits = f
+        .store
+        .search(
+            "kb",
+            &crate::store::SearchRequest {
+                mode: crate::store::SearchMode::Bm25,
+                text: Some(chunks_before[0].text.clone()),
+                vector: None,
+                k: 50,
+                rrf_k: 60.0,
+            },
+        )
+        .expect("search");
+    assert!(
+        hits.iter()
+            .any(|h| h.chunk.source_id.starts_with("datasheet.pdf")),
+        "the stale pages stay searchable"
+    );
+
+    // The same failure again: still reported, still kept.
+    let again = p.ingest(&request(&f, false), None).await.expect("ingest");
+    assert_eq!(again.stale.len(), 1);
+    assert_eq!(
+        source_ids(&f),
+        manifest
+            .sources
+            .iter()
+            .map(|r| r.source_id.clone())
+            .collect::<Vec<_>>()
+    );
+
+    // The file is repaired: the mark goes, and no chunk is embedded again.
+    std::fs::write(&pdf, example_pdf()).unwrap();
+    let repaired = p.ingest(&request(&f, false), None).await.expect("ingest");
+    assert!(repaired.stale.is_empty(), "{repaired:?}");
+    assert_eq!(repaired.sources_ingested, 1);
+    assert_eq!(repaired.chunks_embedded, 0, "vectors are reused");
+    let manifest = f.store.manifest("kb").expect("manifest");
+    assert!(manifest.sources.iter().all(|r| r.stale.is_none()));
+}
+
+#[tokio::test]
+async fn a_source_never_ingested_that_fails_to_load_is_quarantined() {
+    let f = fixture();
+    std::fs::write(f.corpus.join("broken.pdf"), b"%PDF-1.7\nnot really").unwrap();
+    let p = pipeline(&f, embedder("hash-a"));
+    let report = p.ingest(&request(&f, false), None).await.expect("ingest");
+    assert!(report.stale.is_empty());
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].source, "broken.pdf");
+}
+
+/// A store that counts the batches committed through it (and their writes).
+struct CountingStore {
+    inner: Arc<dyn DocumentStore>,
+    batches: std::sync::Mutex<Vec<usize>>,
+}
+
+impl DocumentStore for CountingStore {
+    fn collections(&self) -> Result<Vec<crate::store::CollectionInfo>, StoreError> {
+        self.inner.collections()
+    }
+    fn ensure_collection(&self, c: &str, p: &EmbeddingProfile) -> Result<(), StoreError> {
+        self.inner.ensure_collection(c, p)
+    }
+    fn manifest(&self, c: &str) -> Result<crate::store::Manifest, StoreError> {
+        self.inner.manifest(c)
+    }
+    fn commit_sources(
+        &self,
+        c: &str,
+        batch: SourceBatch,
+    ) -> Result<crate::store::BatchOutcome, StoreError> {
+        self.batches.lock().unwrap().push(batch.writes.len());
+        self.inner.commit_sources(c, batch)
+    }
+    fn drop_collection(&self, c: &str) -> Result<(), StoreError> {
+        self.inner.drop_collection(c)
+    }
+    fn chunks_of_source(&self, c: &str, s: &str) -> Result<Vec<StoredChunk>, StoreError> {
+        self.inner.chunks_of_source(c, s)
+    }
+    fn get_chunk(&self, c: &str, id: &str) -> Result<Option<StoredChunk>, StoreError> {
+        self.inner.get_chunk(c, id)
+    }
+    fn search(
+        &self,
+        c: &str,
+        r: &crate::store::SearchRequest,
+    ) -> Result<Vec<crate::types::ScoredChunk>, StoreError> {
+        self.inner.search(c, r)
+    }
+}
+
+#[tokio::test]
+async fn every_row_of_a_csv_lands_in_one_batch() {
+    let f = fixture();
+    let rows: String = (0..500)
+        .map(|i| format!("Town{i},{}-{}\n", 8 + i % 3, 17 + i % 4))
+        .collect();
+    std::fs::write(
+        f.corpus.join("stores.csv"),
+        format!("city,opening hours\n{rows}"),
+    )
+    .unwrap();
+    let counting = Arc::new(CountingStore {
+        inner: f.store.clone(),
+        batches: Default::default(),
+    });
+    let p = IngestionPipeline::new(
+        counting.clone(),
+        embedder("hash-a"),
+        Arc::new(crate::store::InMemoryQuarantineStore::new()),
+        IngestionSettings::default(),
+    );
+    let report = p
+        .ingest(&named(&f, &["stores.csv"], IngestMode::Additive), None)
+        .await
+        .expect("ingest");
+    assert_eq!(report.sources_ingested, 1);
+    assert_eq!(
+        *counting.batches.lock().unwrap(),
+        [500],
+        "one batch, 500 rows"
+    );
+
+    // Changing two rows and dropping the last 100 is again one batch.
+    let rows: String = (0..400)
+        .map(|i| {
+            let hours = if i < 2 {
+                "0-24".to_string()
+            } else {
+                format!("{}-{}", 8 + i % 3, 17 + i % 4)
+            };
+            format!("Town{i},{hours}\n")
+        })
+        .collect();
+    std::fs::write(
+        f.corpus.join("stores.csv"),
+        format!("city,opening hours\n{rows}"),
+    )
+    .unwrap();
+    counting.batches.lock().unwrap().clear();
+    let report = p
+        .ingest(&named(&f, &["stores.csv"], IngestMode::Additive), None)
+        .await
+        .expect("ingest");
+    assert_eq!(*counting.batches.lock().unwrap(), [400]);
+    assert_eq!(report.sources_removed, 100, "{report:?}");
+    assert_eq!(report.chunks_embedded, 2, "{report:?}");
 }

@@ -1,12 +1,13 @@
 //! The checks every [`DocumentStore`](super::DocumentStore) implementation applies to its
 //! inputs before touching its data, written once so the implementations refuse the same
 //! batches and requests with the same errors: a `replace_source` batch against its record and
-//! collection, and a search request against its mode and the collection's profile.
+//! collection, a multi-source batch against itself, and a search request against its mode and
+//! the collection's profile.
 
 use std::collections::{BTreeSet, HashSet};
 
 use super::exact_vectors::normalise;
-use super::{SearchMode, SearchRequest, SourceRecord, StoreError};
+use super::{SearchMode, SearchRequest, SourceBatch, SourceRecord, StoreError};
 use crate::types::{EmbeddingProfile, StoredChunk};
 
 /// Checks a `replace_source` batch for collection `collection` recording `profile`: the
@@ -57,6 +58,48 @@ pub(crate) fn check_batch(
         return Err(invalid(
             "the manifest entry's chunk_ids differ from the ids of the chunks given".into(),
         ));
+    }
+    Ok(())
+}
+
+/// Checks a [`SourceBatch`] for `collection` recording `profile`: every write passes
+/// [`check_batch`], no source is named twice (among writes and deletes alike) and no chunk id
+/// is used by two writes.
+pub(crate) fn check_source_batch(
+    collection: &str,
+    profile: &EmbeddingProfile,
+    batch: &SourceBatch,
+) -> Result<(), StoreError> {
+    let mut sources = HashSet::with_capacity(batch.writes.len() + batch.deletes.len());
+    let mut chunk_ids = HashSet::new();
+    let named = batch
+        .writes
+        .iter()
+        .map(|w| w.record.source_id.as_str())
+        .chain(batch.deletes.iter().map(String::as_str));
+    for source_id in named {
+        if !sources.insert(source_id) {
+            return Err(StoreError::InvalidBatch {
+                collection: collection.to_string(),
+                source_id: source_id.to_string(),
+                reason: "the batch names this source twice; write or delete it once".into(),
+            });
+        }
+    }
+    for write in &batch.writes {
+        check_batch(collection, profile, &write.record, &write.chunks)?;
+        for chunk in &write.chunks {
+            if !chunk_ids.insert(chunk.id.as_str()) {
+                return Err(StoreError::InvalidBatch {
+                    collection: collection.to_string(),
+                    source_id: write.record.source_id.clone(),
+                    reason: format!(
+                        "chunk id '{}' is also written by another source of the batch",
+                        chunk.id
+                    ),
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -12,7 +12,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{DocumentStore, SearchMode, SearchRequest, SourceRecord, StoreError};
+use super::{
+    BatchOutcome, DocumentStore, SearchMode, SearchRequest, SourceBatch, SourceRecord, SourceWrite,
+    StoreError,
+};
 use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
 use crate::validate::{QuarantineEntry, QuarantineStore};
 
@@ -66,6 +69,7 @@ pub fn record(source: &str, chunks: &[StoredChunk]) -> SourceRecord {
         chunk_ids: chunks.iter().map(|c| c.id.clone()).collect(),
         ingested_at: "2026-01-01T00:00:00Z".into(),
         validation: "clean".into(),
+        stale: None,
     }
 }
 
@@ -155,6 +159,9 @@ pub fn document_store_suite(make: &mut dyn FnMut() -> Arc<dyn DocumentStore>) {
     check_invalid_names_and_requests(&*make());
     check_unknown_collections(&*make());
     check_searches_see_a_replace_whole(make());
+    check_commit_sources_writes_and_deletes_in_one_batch(&*make());
+    check_invalid_source_batches_change_nothing(&*make());
+    check_searches_see_a_multi_part_batch_whole(make());
 }
 
 /// `ensure_collection` creates a collection once, records its profile, and refuses another
@@ -894,6 +901,228 @@ pub fn check_searches_see_a_replace_whole(store: Arc<dyn DocumentStore>) {
         observed += 1;
     }
     writer.join().expect("writer");
+}
+
+fn write(source: &str, chunks: Vec<StoredChunk>) -> SourceWrite {
+    SourceWrite {
+        record: record(source, &chunks),
+        chunks,
+    }
+}
+
+/// The parts of a multi-part file `file` (`file#page=N`), one chunk each, for `version`.
+fn pages(file: &str, version: usize, count: usize) -> Vec<SourceWrite> {
+    (1..=count)
+        .map(|page| {
+            let source = format!("{file}#page={page}");
+            write(
+                &source,
+                vec![chunk(
+                    &source,
+                    &format!("{file}-v{version}-p{page}"),
+                    0,
+                    &format!("manual pagetext version{version} page{page}"),
+                    axis_vector(page, 0.1 * version as f32),
+                )],
+            )
+        })
+        .collect()
+}
+
+/// `commit_sources` writes several sources and deletes others in one call: every write
+/// replaces its source whole, deletes of unknown sources are ignored, and the outcome counts
+/// what went.
+pub fn check_commit_sources_writes_and_deletes_in_one_batch(store: &dyn DocumentStore) {
+    garden(store);
+    let outcome = store
+        .commit_sources(
+            "docs",
+            SourceBatch {
+                writes: pages("manual.pdf", 1, 3),
+                deletes: vec!["kitchen.md".into(), "never.md".into()],
+            },
+        )
+        .expect("commit");
+    assert_eq!(
+        outcome,
+        BatchOutcome {
+            sources_deleted: 1,
+            chunks_removed: 1
+        }
+    );
+    let sources: Vec<String> = store
+        .manifest("docs")
+        .expect("manifest")
+        .sources
+        .into_iter()
+        .map(|s| s.source_id)
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "garden.md",
+            "manual.pdf#page=1",
+            "manual.pdf#page=2",
+            "manual.pdf#page=3"
+        ]
+    );
+    assert_eq!(store.get_chunk("docs", "k0").expect("get"), None);
+
+    // The next version: pages 1–2 rewritten, page 3 gone, all in one batch.
+    let outcome = store
+        .commit_sources(
+            "docs",
+            SourceBatch {
+                writes: pages("manual.pdf", 2, 2),
+                deletes: vec!["manual.pdf#page=3".into()],
+            },
+        )
+        .expect("commit");
+    assert_eq!(
+        outcome,
+        BatchOutcome {
+            sources_deleted: 1,
+            chunks_removed: 3
+        }
+    );
+    let hits = store
+        .search(
+            "docs",
+            &request(SearchMode::Bm25, Some("pagetext"), None, 10),
+        )
+        .expect("bm25");
+    let mut found: Vec<&str> = ids(&hits);
+    found.sort();
+    assert_eq!(found, ["manual.pdf-v2-p1", "manual.pdf-v2-p2"]);
+    let info = &store.collections().expect("collections")[0];
+    assert_eq!((info.sources, info.chunks), (3, 4));
+    assert_eq!(
+        store
+            .commit_sources("docs", SourceBatch::default())
+            .expect("empty batch"),
+        BatchOutcome::default()
+    );
+}
+
+/// A batch naming a source twice, reusing a chunk id across sources or holding one invalid
+/// write is refused whole: none of its sources changes.
+pub fn check_invalid_source_batches_change_nothing(store: &dyn DocumentStore) {
+    garden(store);
+    let before = store.manifest("docs").expect("manifest");
+    let mut bad_dimension = pages("manual.pdf", 1, 2);
+    bad_dimension[1].chunks[0].vector = vec![1.0; DIMENSIONS + 1];
+    let mut shared_id = pages("manual.pdf", 1, 2);
+    shared_id[1].chunks[0].id = shared_id[0].chunks[0].id.clone();
+    shared_id[1].record.chunk_ids = vec![shared_id[0].chunks[0].id.clone()];
+    let cases: Vec<(SourceBatch, &str)> = vec![
+        (
+            SourceBatch {
+                writes: bad_dimension,
+                deletes: vec!["kitchen.md".into()],
+            },
+            "dimensions",
+        ),
+        (
+            SourceBatch {
+                writes: shared_id,
+                deletes: Vec::new(),
+            },
+            "also written by another source",
+        ),
+        (
+            SourceBatch {
+                writes: pages("manual.pdf", 1, 1),
+                deletes: vec!["manual.pdf#page=1".into()],
+            },
+            "names this source twice",
+        ),
+    ];
+    for (batch, expected) in cases {
+        let error = store.commit_sources("docs", batch).unwrap_err();
+        assert!(matches!(error, StoreError::InvalidBatch { .. }), "{error}");
+        assert!(
+            error.to_string().contains(expected),
+            "{error} lacks {expected}"
+        );
+        assert_eq!(
+            store.manifest("docs").expect("manifest"),
+            before,
+            "a refused batch changes nothing"
+        );
+    }
+    assert!(store.get_chunk("docs", "k0").expect("get").is_some());
+    let info = &store.collections().expect("collections")[0];
+    assert_eq!((info.sources, info.chunks), (2, 3));
+}
+
+/// Searches running while a multi-part file is replaced over and over (its pages rewritten
+/// and its page count changing, in one batch each time) see one version of the whole file,
+/// never pages of two versions (BM25 and vector alike).
+pub fn check_searches_see_a_multi_part_batch_whole(store: Arc<dyn DocumentStore>) {
+    store.ensure_collection("live", &profile()).expect("create");
+    let version = |v: usize| -> SourceBatch {
+        let count = if v.is_multiple_of(2) { 4 } else { 3 };
+        SourceBatch {
+            writes: pages("manual.pdf", v, count),
+            deletes: if count == 3 {
+                vec!["manual.pdf#page=4".into()]
+            } else {
+                Vec::new()
+            },
+        }
+    };
+    let id_set = |v: usize| -> BTreeSet<String> {
+        version(v)
+            .writes
+            .into_iter()
+            .flat_map(|w| w.chunks)
+            .map(|c| c.id)
+            .collect()
+    };
+    store.commit_sources("live", version(0)).expect("commit");
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let store = Arc::clone(&store);
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            for round in 1..=30 {
+                store
+                    .commit_sources("live", version(round % 2))
+                    .expect("commit");
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let (v0, v1) = (id_set(0), id_set(1));
+    let mut observed = 0;
+    while !done.load(Ordering::SeqCst) || observed == 0 {
+        let hits = store
+            .search(
+                "live",
+                &request(SearchMode::Bm25, Some("pagetext"), None, 50),
+            )
+            .expect("bm25");
+        let found: BTreeSet<String> = hits.iter().map(|h| h.chunk.id.clone()).collect();
+        assert!(
+            found == v0 || found == v1,
+            "pages of two versions {found:?}"
+        );
+        let hits = store
+            .search(
+                "live",
+                &request(SearchMode::Vector, None, Some(axis_vector(1, 0.0)), 50),
+            )
+            .expect("vector");
+        let found: BTreeSet<String> = hits.iter().map(|h| h.chunk.id.clone()).collect();
+        assert!(
+            found == v0 || found == v1,
+            "pages of two versions (vector) {found:?}"
+        );
+        observed += 1;
+    }
+    writer.join().expect("writer");
+    let manifest = store.manifest("live").expect("manifest");
+    assert_eq!(manifest.sources.len(), 4, "version 0 has four pages");
 }
 
 /// Runs every quarantine check, each on a fresh quarantine from `make`.

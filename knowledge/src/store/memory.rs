@@ -6,7 +6,7 @@
 //! L2-normalised vectors, the embedded store's exact scan) and a BM25 index analysed and scored
 //! like the embedded store's (see [`lexical`]); hybrid search fuses both with the store's RRF
 //! ([`fuse_hybrid`]) and labels results the same way. All state sits behind one lock, so a
-//! `replace_source` is atomic: a search sees a source either before or after it.
+//! `commit_sources` batch is atomic: a search sees its sources either before or after it.
 //!
 //! Also here: [`InMemoryQuarantineStore`], the in-memory [`QuarantineStore`].
 
@@ -15,12 +15,12 @@ mod lexical;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::checks::{CheckedQuery, check_batch, check_search};
+use super::checks::{CheckedQuery, check_search, check_source_batch};
 use super::exact_vectors::ExactVectors;
 use super::hybrid::{fuse_hybrid, hybrid_depths};
 use super::{
-    CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceRecord, StoreError,
-    VectorIndexStatus, validate_collection_name,
+    BatchOutcome, CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceBatch,
+    SourceRecord, SourceWrite, StoreError, VectorIndexStatus, validate_collection_name,
 };
 use crate::settings::StoreSettings;
 use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
@@ -164,56 +164,59 @@ impl DocumentStore for InMemoryStore {
         })
     }
 
-    fn replace_source(
+    fn commit_sources(
         &self,
         collection: &str,
-        record: SourceRecord,
-        chunks: Vec<StoredChunk>,
-    ) -> Result<(), StoreError> {
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
         validate_collection_name(collection)?;
         let mut collections = write(&self.collections);
         let handle = collections
             .get_mut(collection)
             .ok_or_else(|| unknown(collection))?;
-        check_batch(collection, &handle.profile, &record, &chunks)?;
-        let new_ids: HashSet<&str> = chunks.iter().map(|c| c.id.as_str()).collect();
-        let stale: Vec<String> = handle
-            .sources
-            .get(&record.source_id)
-            .map(|previous| {
-                previous
-                    .chunk_ids
-                    .iter()
-                    .filter(|id| !new_ids.contains(id.as_str()))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        check_source_batch(collection, &handle.profile, &batch)?;
+        let new_ids: HashSet<&str> = batch
+            .writes
+            .iter()
+            .flat_map(|w| w.chunks.iter().map(|c| c.id.as_str()))
+            .collect();
+        let mut outcome = BatchOutcome::default();
+        let mut stale: Vec<String> = Vec::new();
+        for write in &batch.writes {
+            if let Some(previous) = handle.sources.get(&write.record.source_id) {
+                stale.extend(
+                    previous
+                        .chunk_ids
+                        .iter()
+                        .filter(|id| !new_ids.contains(id.as_str()))
+                        .cloned(),
+                );
+            }
+        }
+        for source_id in &batch.deletes {
+            if let Some(record) = handle.sources.remove(source_id) {
+                outcome.sources_deleted += 1;
+                stale.extend(
+                    record
+                        .chunk_ids
+                        .into_iter()
+                        .filter(|id| !new_ids.contains(id.as_str())),
+                );
+            }
+        }
+        outcome.chunks_removed = stale.len();
         for id in &stale {
             handle.remove_chunk(id);
         }
-        for chunk in chunks {
-            handle.vectors.upsert(&chunk.id, &chunk.vector);
-            handle.lexical.insert(&chunk.id, &chunk.text);
-            handle.chunks.insert(chunk.id.clone(), chunk);
+        for SourceWrite { record, chunks } in batch.writes {
+            for chunk in chunks {
+                handle.vectors.upsert(&chunk.id, &chunk.vector);
+                handle.lexical.insert(&chunk.id, &chunk.text);
+                handle.chunks.insert(chunk.id.clone(), chunk);
+            }
+            handle.sources.insert(record.source_id.clone(), record);
         }
-        handle.sources.insert(record.source_id.clone(), record);
-        Ok(())
-    }
-
-    fn delete_source(&self, collection: &str, source_id: &str) -> Result<usize, StoreError> {
-        validate_collection_name(collection)?;
-        let mut collections = write(&self.collections);
-        let handle = collections
-            .get_mut(collection)
-            .ok_or_else(|| unknown(collection))?;
-        let Some(record) = handle.sources.remove(source_id) else {
-            return Ok(0);
-        };
-        for id in &record.chunk_ids {
-            handle.remove_chunk(id);
-        }
-        Ok(record.chunk_ids.len())
+        Ok(outcome)
     }
 
     fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {

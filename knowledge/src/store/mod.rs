@@ -57,6 +57,44 @@ pub struct SourceRecord {
     pub ingested_at: String,
     /// `clean` or `suspicious: <reasons>`.
     pub validation: String,
+    /// Set when the source's last load failed: the error, and the chunks kept are the last
+    /// good content (from `ingested_at`). Cleared by the next successful load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
+}
+
+/// One source written by [`DocumentStore::commit_sources`]: its manifest entry and its chunks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceWrite {
+    pub record: SourceRecord,
+    pub chunks: Vec<StoredChunk>,
+}
+
+/// A change of several sources of one collection, committed as a whole by
+/// [`DocumentStore::commit_sources`] (e.g. every page of a PDF, every row of a CSV, and the
+/// parts the file no longer has).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceBatch {
+    /// Sources written, each replacing that source's previous chunks.
+    pub writes: Vec<SourceWrite>,
+    /// Sources removed with their chunks; ids the collection does not hold are ignored.
+    pub deletes: Vec<String>,
+}
+
+impl SourceBatch {
+    /// Whether the batch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.deletes.is_empty()
+    }
+}
+
+/// What a committed [`SourceBatch`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Sources of `deletes` that existed and are gone.
+    pub sources_deleted: usize,
+    /// Chunks removed (of deleted sources, and of written sources that no longer have them).
+    pub chunks_removed: usize,
 }
 
 /// Search mode.
@@ -166,6 +204,18 @@ pub trait DocumentStore: Send + Sync {
     /// The collection's manifest (empty when the collection does not exist).
     fn manifest(&self, collection: &str) -> Result<Manifest, StoreError>;
 
+    /// Commits several sources of one collection atomically: every write (a source's chunks
+    /// and manifest entry, replacing its previous chunks) and every delete land in ONE commit,
+    /// durable (flushed) when this returns. A search sees the collection before or after the
+    /// whole batch, never between two of its sources, and a crash leaves it before or after.
+    /// An invalid batch (a write failing the checks of `replace_source`, a source named twice,
+    /// a chunk id used twice) is refused whole and changes nothing. An empty batch is a no-op.
+    fn commit_sources(
+        &self,
+        collection: &str,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError>;
+
     /// Atomically replaces one source: `chunks` and `record` are committed in one batch, and
     /// the source's previous chunks that are not in `chunks` are removed in that same batch.
     /// Durable (flushed) when this returns; the derived indexes are updated afterwards.
@@ -174,10 +224,28 @@ pub trait DocumentStore: Send + Sync {
         collection: &str,
         record: SourceRecord,
         chunks: Vec<StoredChunk>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.commit_sources(
+            collection,
+            SourceBatch {
+                writes: vec![SourceWrite { record, chunks }],
+                deletes: Vec::new(),
+            },
+        )
+        .map(|_| ())
+    }
 
     /// Removes a source's chunks and manifest entry; returns the number of chunks removed.
-    fn delete_source(&self, collection: &str, source_id: &str) -> Result<usize, StoreError>;
+    fn delete_source(&self, collection: &str, source_id: &str) -> Result<usize, StoreError> {
+        self.commit_sources(
+            collection,
+            SourceBatch {
+                writes: Vec::new(),
+                deletes: vec![source_id.to_string()],
+            },
+        )
+        .map(|outcome| outcome.chunks_removed)
+    }
 
     /// Removes a whole collection with its indexes.
     fn drop_collection(&self, collection: &str) -> Result<(), StoreError>;

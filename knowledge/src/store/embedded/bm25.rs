@@ -119,7 +119,10 @@ impl Bm25Index {
         }
     }
 
-    fn add_chunks(&mut self, chunks: &[StoredChunk]) -> Result<(), StoreError> {
+    fn add_chunks<'c>(
+        &mut self,
+        chunks: impl IntoIterator<Item = &'c StoredChunk>,
+    ) -> Result<(), StoreError> {
         let (chunk_id, source_id, text) = (self.chunk_id, self.source_id, self.text);
         let dir = self.dir.clone();
         let writer = self.writer()?;
@@ -152,24 +155,38 @@ impl Bm25Index {
             .map_err(|e| io_error(&self.dir, &format!("reloading the reader: {e}")))
     }
 
+    /// Removes the documents of every source in `source_ids`, adds `chunks` (of those
+    /// sources) and commits once with `stamp`: one tantivy commit for a whole batch.
+    pub fn replace_sources(
+        &mut self,
+        source_ids: &[&str],
+        chunks: &[&StoredChunk],
+        stamp: IndexStamp,
+    ) -> Result<(), StoreError> {
+        for source_id in source_ids {
+            let term = Term::from_field_text(self.source_id, source_id);
+            self.writer()?.delete_term(term);
+        }
+        self.add_chunks(chunks.iter().copied())?;
+        self.commit(stamp)
+    }
+
     /// Replaces a source's documents by `chunks` and commits with `stamp`.
+    #[cfg(test)]
     pub fn replace_source(
         &mut self,
         source_id: &str,
         chunks: &[StoredChunk],
         stamp: IndexStamp,
     ) -> Result<(), StoreError> {
-        let term = Term::from_field_text(self.source_id, source_id);
-        self.writer()?.delete_term(term);
-        self.add_chunks(chunks)?;
-        self.commit(stamp)
+        let chunks: Vec<&StoredChunk> = chunks.iter().collect();
+        self.replace_sources(&[source_id], &chunks, stamp)
     }
 
     /// Removes a source's documents and commits with `stamp`.
+    #[cfg(test)]
     pub fn delete_source(&mut self, source_id: &str, stamp: IndexStamp) -> Result<(), StoreError> {
-        let term = Term::from_field_text(self.source_id, source_id);
-        self.writer()?.delete_term(term);
-        self.commit(stamp)
+        self.replace_sources(&[source_id], &[], stamp)
     }
 
     /// Replaces the whole index by `chunks` and commits with `stamp`.
@@ -178,7 +195,7 @@ impl Bm25Index {
         self.writer()?
             .delete_all_documents()
             .map_err(|e| io_error(&dir, &format!("clearing: {e}")))?;
-        self.add_chunks(chunks)?;
+        self.add_chunks(chunks.iter())?;
         self.commit(stamp)
     }
 

@@ -1,5 +1,5 @@
 //! One collection's sled tree, the source of truth: reads of chunks, manifest entries and meta
-//! keys, and the atomic, flushed batches that replace or delete a source (each bumping the
+//! keys, and the atomic, flushed batches that write and delete sources (each bumping the
 //! collection's generation).
 //!
 //! Callers serialise mutations of one collection (the embedded store holds the collection's
@@ -13,7 +13,7 @@ use super::layout::{
     CHUNK_PREFIX, GENERATION_KEY, INCARNATION_KEY, PROFILE_KEY, SOURCE_PREFIX, chunk_key,
     decode_chunk, decode_chunk_vector, decode_u64, encode_chunk, encode_u64, id_of_key, source_key,
 };
-use crate::store::{SourceRecord, StoreError};
+use crate::store::{SourceRecord, SourceWrite, StoreError};
 use crate::types::{EmbeddingProfile, StoredChunk};
 
 /// A manifest entry as read from sled: a record, or the reason it could not be decoded.
@@ -26,6 +26,8 @@ pub struct CommitOutcome {
     pub generation: u64,
     /// Chunk ids the batch removed.
     pub removed: Vec<String>,
+    /// Deleted sources that existed.
+    pub sources_deleted: usize,
 }
 
 /// A collection's sled tree.
@@ -243,71 +245,112 @@ impl CollectionTree {
         }
     }
 
-    /// Replaces a source in ONE flushed batch: `chunks` and `record` are written, the chunks the
-    /// source owned before that are not among `chunks` are removed, and the generation bumps.
+    /// Commits several sources in ONE flushed batch: each write's chunks and record are
+    /// written, the chunks the written and deleted sources owned before that are not among the
+    /// batch's chunks are removed, deleted sources lose their manifest entries, and the
+    /// generation bumps. `None` (nothing written) when there is no write and none of the
+    /// deleted sources exists.
+    pub fn commit(
+        &self,
+        writes: &[SourceWrite],
+        deletes: &[String],
+    ) -> Result<Option<CommitOutcome>, StoreError> {
+        let new_ids: HashSet<&str> = writes
+            .iter()
+            .flat_map(|w| w.chunks.iter().map(|c| c.id.as_str()))
+            .collect();
+        let mut removed: Vec<String> = Vec::new();
+        for write in writes {
+            removed.extend(
+                self.owned_chunk_ids(&write.record.source_id)?
+                    .into_iter()
+                    .filter(|id| !new_ids.contains(id.as_str())),
+            );
+        }
+        let mut deleted: Vec<&str> = Vec::new();
+        for source_id in deletes {
+            let has_entry = self.source_entry(source_id)?.is_some();
+            let owned = self.owned_chunk_ids(source_id)?;
+            if !has_entry && owned.is_empty() {
+                continue;
+            }
+            deleted.push(source_id);
+            removed.extend(
+                owned
+                    .into_iter()
+                    .filter(|id| !new_ids.contains(id.as_str())),
+            );
+        }
+        if writes.is_empty() && deleted.is_empty() {
+            return Ok(None);
+        }
+        let generation = self.generation()? + 1;
+        let mut batch = sled::Batch::default();
+        for write in writes {
+            for chunk in &write.chunks {
+                let value = encode_chunk(chunk).map_err(|reason| {
+                    StoreError::Io(format!("collection '{}': {reason}", self.name))
+                })?;
+                batch.insert(chunk_key(&chunk.id), value);
+            }
+            let record_json = serde_json::to_vec(&write.record).map_err(|e| {
+                StoreError::Io(format!(
+                    "collection '{}': cannot encode the manifest entry of '{}': {e}",
+                    self.name, write.record.source_id
+                ))
+            })?;
+            batch.insert(source_key(&write.record.source_id), record_json);
+        }
+        for id in &removed {
+            batch.remove(chunk_key(id));
+        }
+        for source_id in &deleted {
+            batch.remove(source_key(source_id));
+        }
+        batch.insert(GENERATION_KEY, &encode_u64(generation));
+        let what = match (writes.first(), deleted.first()) {
+            (Some(write), _) if writes.len() + deleted.len() == 1 => {
+                format!("committing source '{}'", write.record.source_id)
+            }
+            (None, Some(source_id)) if deleted.len() == 1 => {
+                format!("deleting source '{source_id}'")
+            }
+            _ => format!(
+                "committing a batch of {} written and {} deleted sources",
+                writes.len(),
+                deleted.len()
+            ),
+        };
+        self.tree
+            .apply_batch(batch)
+            .map_err(|e| self.io(&what, e))?;
+        self.flush()?;
+        Ok(Some(CommitOutcome {
+            generation,
+            removed,
+            sources_deleted: deleted.len(),
+        }))
+    }
+
+    /// Replaces one source in ONE flushed batch (see [`commit`](Self::commit)).
+    #[cfg(test)]
     pub fn replace_source(
         &self,
         record: &SourceRecord,
         chunks: &[StoredChunk],
     ) -> Result<CommitOutcome, StoreError> {
-        let new_ids: HashSet<&str> = chunks.iter().map(|c| c.id.as_str()).collect();
-        let removed: Vec<String> = self
-            .owned_chunk_ids(&record.source_id)?
-            .into_iter()
-            .filter(|id| !new_ids.contains(id.as_str()))
-            .collect();
-        let generation = self.generation()? + 1;
-        let mut batch = sled::Batch::default();
-        for chunk in chunks {
-            let value = encode_chunk(chunk).map_err(|reason| {
-                StoreError::Io(format!("collection '{}': {reason}", self.name))
-            })?;
-            batch.insert(chunk_key(&chunk.id), value);
-        }
-        for id in &removed {
-            batch.remove(chunk_key(id));
-        }
-        let record_json = serde_json::to_vec(record).map_err(|e| {
-            StoreError::Io(format!(
-                "collection '{}': cannot encode the manifest entry of '{}': {e}",
-                self.name, record.source_id
-            ))
-        })?;
-        batch.insert(source_key(&record.source_id), record_json);
-        batch.insert(GENERATION_KEY, &encode_u64(generation));
-        self.tree
-            .apply_batch(batch)
-            .map_err(|e| self.io(&format!("committing source '{}'", record.source_id), e))?;
-        self.flush()?;
-        Ok(CommitOutcome {
-            generation,
-            removed,
-        })
+        let write = SourceWrite {
+            record: record.clone(),
+            chunks: chunks.to_vec(),
+        };
+        Ok(self.commit(&[write], &[])?.expect("a write always commits"))
     }
 
     /// Removes a source's chunks and manifest entry in ONE flushed batch (the generation bumps).
     /// `None` when the source is not in the manifest and owns no chunk.
+    #[cfg(test)]
     pub fn delete_source(&self, source_id: &str) -> Result<Option<CommitOutcome>, StoreError> {
-        let has_entry = self.source_entry(source_id)?.is_some();
-        let removed = self.owned_chunk_ids(source_id)?;
-        if !has_entry && removed.is_empty() {
-            return Ok(None);
-        }
-        let generation = self.generation()? + 1;
-        let mut batch = sled::Batch::default();
-        for id in &removed {
-            batch.remove(chunk_key(id));
-        }
-        batch.remove(source_key(source_id));
-        batch.insert(GENERATION_KEY, &encode_u64(generation));
-        self.tree
-            .apply_batch(batch)
-            .map_err(|e| self.io(&format!("deleting source '{source_id}'"), e))?;
-        self.flush()?;
-        Ok(Some(CommitOutcome {
-            generation,
-            removed,
-        }))
+        self.commit(&[], &[source_id.to_string()])
     }
 
     /// Writes a raw value (tests use it to damage entries).
@@ -364,6 +407,7 @@ mod tests {
             chunk_ids: chunks.iter().map(|c| c.id.clone()).collect(),
             ingested_at: "2025-01-01T00:00:00Z".into(),
             validation: "clean".into(),
+            stale: None,
         }
     }
 
@@ -388,7 +432,8 @@ mod tests {
             outcome,
             CommitOutcome {
                 generation: 1,
-                removed: vec![]
+                removed: vec![],
+                sources_deleted: 0,
             }
         );
 

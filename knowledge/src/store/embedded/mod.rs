@@ -5,8 +5,9 @@
 //! Layout: `<data_dir>/sled` (one tree `col/<name>` per collection, a `collections` registry
 //! tree) and `<data_dir>/indexes/<name>/{bm25/, vectors.bin}`.
 //!
-//! Protocol: a mutation is ONE sled batch (chunks + manifest entry + stale chunk removals +
-//! generation bump), flushed, and only then applied to the derived indexes, whose commits carry
+//! Protocol: a mutation (one source, or a batch of sources such as every part of a PDF or CSV)
+//! is ONE sled batch (chunks + manifest entries + stale chunk removals + generation bump),
+//! flushed, and only then applied to the derived indexes, whose commits carry
 //! the generation they reflect. Opening compares every index's stamp with sled and rebuilds the
 //! BM25 index when it lags; the vector index is reloaded from sled, and an HNSW snapshot of an
 //! older generation is used with the newer chunks scanned exactly (or rebuilt in the
@@ -46,10 +47,10 @@ use vector_index::VectorIndex;
 
 use quarantine::SledQuarantineStore;
 
-use super::checks::{CheckedQuery, check_batch, check_search};
+use super::checks::{CheckedQuery, check_search, check_source_batch};
 use super::hybrid::{fuse_hybrid, hybrid_depths};
 use super::{
-    CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceRecord, StoreError,
+    BatchOutcome, CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceBatch, StoreError,
     validate_collection_name,
 };
 use crate::settings::StoreSettings;
@@ -302,15 +303,16 @@ impl Collection {
         }
     }
 
-    /// Applies a committed mutation to the derived indexes. The chunks are already durable in
-    /// sled, so a failure here leaves the BM25 index marked stale (rebuilt at the next mutation
-    /// or reopen) and is reported.
+    /// Applies a committed mutation to the derived indexes: the documents of `source_ids` are
+    /// replaced by `chunks` in one BM25 commit. The chunks are already durable in sled, so a
+    /// failure here leaves the BM25 index marked stale (rebuilt at the next mutation or reopen)
+    /// and is reported.
     fn apply_to_indexes(
         self: &Arc<Self>,
         indexes: &mut CollectionIndexes,
-        source_id: &str,
+        source_ids: &[&str],
         outcome: &CommitOutcome,
-        chunks: &[StoredChunk],
+        chunks: &[&StoredChunk],
     ) -> Result<(), StoreError> {
         for id in &outcome.removed {
             indexes.vectors.remove(id);
@@ -324,16 +326,18 @@ impl Collection {
             self.tree
                 .all_chunks()
                 .and_then(|all| indexes.bm25.rebuild(&all, stamp))
-        } else if chunks.is_empty() {
-            indexes.bm25.delete_source(source_id, stamp)
         } else {
-            indexes.bm25.replace_source(source_id, chunks, stamp)
+            indexes.bm25.replace_sources(source_ids, chunks, stamp)
         };
         indexes.bm25_stale = result.is_err();
         self.schedule_snapshot_build(indexes);
         result.map_err(|error| {
+            let what = match source_ids {
+                [one] => format!("source '{one}' is"),
+                many => format!("{} sources are", many.len()),
+            };
             StoreError::Io(format!(
-                "collection '{}': source '{source_id}' is stored, but updating its BM25 index failed ({error}); the index is rebuilt at the next change or when the store is reopened",
+                "collection '{}': {what} stored, but updating the BM25 index failed ({error}); the index is rebuilt at the next change or when the store is reopened",
                 self.name
             ))
         })
@@ -749,43 +753,48 @@ impl DocumentStore for EmbeddedStore {
         Ok(manifest)
     }
 
-    fn replace_source(
+    fn commit_sources(
         &self,
         collection: &str,
-        record: SourceRecord,
-        chunks: Vec<StoredChunk>,
-    ) -> Result<(), StoreError> {
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
         let handle = self.collection(collection)?;
-        check_batch(&handle.name, &handle.profile, &record, &chunks)?;
+        check_source_batch(&handle.name, &handle.profile, &batch)?;
         let mut indexes = write(&handle.indexes);
         if handle.dropped.load(Ordering::SeqCst) {
             return Err(StoreError::UnknownCollection(collection.to_string()));
         }
-        let outcome = handle.tree.replace_source(&record, &chunks)?;
-        self.after_sled_commit(&record.source_id);
+        let Some(outcome) = handle.tree.commit(&batch.writes, &batch.deletes)? else {
+            return Ok(BatchOutcome::default());
+        };
+        let first = batch
+            .writes
+            .first()
+            .map(|w| w.record.source_id.as_str())
+            .or(batch.deletes.first().map(String::as_str))
+            .unwrap_or_default();
+        self.after_sled_commit(first);
         debug!(
             collection,
-            source_id = %record.source_id,
-            chunks = chunks.len(),
+            written = batch.writes.len(),
+            deleted = outcome.sources_deleted,
+            chunks = batch.writes.iter().map(|w| w.chunks.len()).sum::<usize>(),
             removed = outcome.removed.len(),
             generation = outcome.generation,
-            "source committed"
+            "sources committed"
         );
-        handle.apply_to_indexes(&mut indexes, &record.source_id, &outcome, &chunks)
-    }
-
-    fn delete_source(&self, collection: &str, source_id: &str) -> Result<usize, StoreError> {
-        let handle = self.collection(collection)?;
-        let mut indexes = write(&handle.indexes);
-        if handle.dropped.load(Ordering::SeqCst) {
-            return Err(StoreError::UnknownCollection(collection.to_string()));
-        }
-        let Some(outcome) = handle.tree.delete_source(source_id)? else {
-            return Ok(0);
-        };
-        self.after_sled_commit(source_id);
-        handle.apply_to_indexes(&mut indexes, source_id, &outcome, &[])?;
-        Ok(outcome.removed.len())
+        let source_ids: Vec<&str> = batch
+            .writes
+            .iter()
+            .map(|w| w.record.source_id.as_str())
+            .chain(batch.deletes.iter().map(String::as_str))
+            .collect();
+        let chunks: Vec<&StoredChunk> = batch.writes.iter().flat_map(|w| &w.chunks).collect();
+        handle.apply_to_indexes(&mut indexes, &source_ids, &outcome, &chunks)?;
+        Ok(BatchOutcome {
+            sources_deleted: outcome.sources_deleted,
+            chunks_removed: outcome.removed.len(),
+        })
     }
 
     fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {

@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 
 use super::layout::source_key;
 use super::*;
-use crate::store::SearchMode;
 use crate::store::exact_vectors::normalise;
+use crate::store::{SearchMode, SourceRecord};
 use crate::validate::QuarantineEntry;
 
 pub(crate) fn profile(dimensions: usize) -> EmbeddingProfile {
@@ -63,6 +63,7 @@ pub(crate) fn record(source: &str, chunks: &[StoredChunk], dimensions: usize) ->
         chunk_ids: chunks.iter().map(|c| c.id.clone()).collect(),
         ingested_at: "2025-01-01T00:00:00Z".into(),
         validation: "clean".into(),
+        stale: None,
     }
 }
 
