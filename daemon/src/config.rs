@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized};
 use orkeon_agents::llm::LlmSettings;
-use orkeon_knowledge::settings::{EmbeddingSettings, RagSettings};
+use orkeon_knowledge::settings::{EmbeddingSettings, LoadLimits, RagSettings};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::figment::Yaml;
 
@@ -102,8 +102,10 @@ impl Default for ServerSettings {
     }
 }
 
-/// `limits:` — what one request may ask for. A request over a limit fails with an
-/// invalid-argument error naming the field and the limit (`limits.<key>`), before any work.
+/// `limits:` — what one request may ask for, and what one source may expand to. A request over a
+/// limit fails with an invalid-argument error naming the field and the limit (`limits.<key>`),
+/// before any work; a source over a loader limit (pages, inflated bytes, rows, text bytes) is
+/// refused — quarantined with the limit and its key — and the rest of the request goes on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -122,10 +124,21 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
     /// Longest a unary gRPC call may take, in seconds (streams are not cut).
     pub request_timeout_secs: u64,
+    /// Pages of one PDF.
+    pub max_pdf_pages: usize,
+    /// Bytes one PDF stream may inflate to (a flate bomb stops here, never allocated past it).
+    pub max_pdf_stream_bytes: usize,
+    /// Bytes all the streams of one PDF may inflate to, together.
+    pub max_pdf_document_bytes: usize,
+    /// Data rows of one CSV file (one document per row).
+    pub max_csv_rows: usize,
+    /// Bytes of one text, Markdown or HTML document.
+    pub max_text_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
+        let load = LoadLimits::default();
         Self {
             max_top_n: 100,
             max_query_bytes: 8 * 1024,
@@ -134,11 +147,27 @@ impl Default for Limits {
             max_queued_runs: 256,
             max_concurrent_requests: 64,
             request_timeout_secs: 900,
+            max_pdf_pages: load.max_pdf_pages,
+            max_pdf_stream_bytes: load.max_pdf_stream_bytes,
+            max_pdf_document_bytes: load.max_pdf_document_bytes,
+            max_csv_rows: load.max_csv_rows,
+            max_text_bytes: load.max_text_bytes,
         }
     }
 }
 
 impl Limits {
+    /// The loaders' share of the limits (carried to `rag.ingestion` by [`Config::load`]).
+    pub fn load_limits(&self) -> LoadLimits {
+        LoadLimits {
+            max_pdf_pages: self.max_pdf_pages,
+            max_pdf_stream_bytes: self.max_pdf_stream_bytes,
+            max_pdf_document_bytes: self.max_pdf_document_bytes,
+            max_csv_rows: self.max_csv_rows,
+            max_text_bytes: self.max_text_bytes,
+        }
+    }
+
     /// `InvalidArgument`-style message when `value` exceeds `limit`.
     pub fn check(key: &str, value: usize, limit: usize, unit: &str) -> Result<(), String> {
         if value > limit {
@@ -198,9 +227,10 @@ impl Config {
             })
             .split("__");
         figment = figment.merge(env).merge(Serialized::defaults(cli.clone()));
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Invalid(describe(e)))?;
+        config.rag.ingestion.load_limits = config.limits.load_limits();
         if let Err((key, reason)) = config.rag.store.check() {
             let path = format!("rag.store.{key}");
             let source = figment
@@ -353,6 +383,29 @@ mod tests {
                 .to_string();
             assert!(err.contains("rag.store.hnsw_ef_search"), "{err}");
             assert!(err.contains("ORKEON_RAG__STORE__HNSW_EF_SEARCH"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn loader_limits_are_carried_to_the_ingestion_settings() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "custom.yaml",
+                "limits:\n  max_pdf_pages: 7\n  max_csv_rows: 9\n",
+            )?;
+            jail.set_env("ORKEON_LIMITS__MAX_PDF_STREAM_BYTES", "1024");
+            let config = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
+                .map_err(|e| e.to_string())?;
+            let carried = &config.rag.ingestion.load_limits;
+            assert_eq!(carried.max_pdf_pages, 7);
+            assert_eq!(carried.max_csv_rows, 9);
+            assert_eq!(carried.max_pdf_stream_bytes, 1024);
+            assert_eq!(carried, &config.limits.load_limits());
+            // Shown once, under `limits:`.
+            let json = config.redacted_json();
+            assert_eq!(json["limits"]["max_pdf_pages"], 7);
+            assert!(json["rag"]["ingestion"].get("load_limits").is_none());
             Ok(())
         });
     }

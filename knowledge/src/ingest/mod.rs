@@ -217,7 +217,12 @@ impl IngestionPipeline {
             .collect();
 
         // Expand the request.
-        let expansion = load::expand_sources(&request.base_dir, &request.sources, &self.settings)?;
+        let expansion = load::expand_sources_blocking(
+            request.base_dir.clone(),
+            request.sources.clone(),
+            self.settings.clone(),
+        )
+        .await?;
         for missing in &expansion.missing {
             report.warnings.push(format!(
                 "source '{missing}' does not exist (relative to {}); its chunks are purged",
@@ -331,7 +336,9 @@ impl IngestionPipeline {
             )?;
             return Ok(SourceOutcome::Quarantined);
         }
-        let documents = match load::parse(source, &raw) {
+        let parsed =
+            load::parse_blocking(source.clone(), raw, self.settings.load_limits.clone()).await;
+        let documents = match parsed {
             Ok(documents) => documents,
             Err(error) => {
                 let reason = format!("could not be parsed: {error}");

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::settings::IngestionSettings;
+use crate::settings::{IngestionSettings, LoadLimits};
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) {
     if let Some(parent) = path.parent() {
@@ -431,7 +431,7 @@ async fn load_file(dir: &Path, name: &str) -> Result<Vec<Document>, LoadError> {
     let expansion = expand_sources(dir, &[name.to_string()], &settings)?;
     let source = &expansion.sources[0];
     let raw = fetch(source, &settings).await?;
-    parse(source, &raw)
+    parse(source, &raw, &LoadLimits::default())
 }
 
 // ---------------------------------------------------------------- text / markdown
@@ -519,7 +519,7 @@ async fn csv_yields_one_document_per_row() {
         kind: SourceKind::Csv,
         content_type: None,
     };
-    let error = parse(&source, &raw).unwrap_err();
+    let error = parse(&source, &raw, &LoadLimits::default()).unwrap_err();
     assert!(matches!(error, LoadError::Parse { .. }), "{error}");
     assert!(error.to_string().contains("bad.csv"));
 }
@@ -613,7 +613,7 @@ fn html_title_falls_back_to_the_first_h1_and_hidden_text_is_truncated() {
         kind: SourceKind::Html,
         content_type: None,
     };
-    let doc = &parse(&source, &raw).unwrap()[0];
+    let doc = &parse(&source, &raw, &LoadLimits::default()).unwrap()[0];
     assert_eq!(doc.metadata["title"], "Main heading");
     assert_eq!(doc.text, "# Main heading\n\nBody.");
     let hidden = &doc.metadata["hidden_text"];
@@ -635,7 +635,7 @@ fn deeply_nested_html_does_not_overflow_the_stack() {
         kind: SourceKind::Html,
         content_type: None,
     };
-    let docs = parse(&source, &raw).unwrap();
+    let docs = parse(&source, &raw, &LoadLimits::default()).unwrap();
     assert_eq!(docs[0].text, "deep text");
 }
 
@@ -721,6 +721,7 @@ fn self_drawing_and_exploding_form_xobjects_are_refused() {
                 kind: SourceKind::Pdf,
                 content_type: None,
             },
+            &LoadLimits::default(),
         )
     };
 
@@ -838,7 +839,7 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
         raw.content_type.as_deref(),
         Some("text/html; charset=utf-8")
     );
-    let docs = parse(&page, &raw).unwrap();
+    let docs = parse(&page, &raw, &LoadLimits::default()).unwrap();
     assert_eq!(docs[0].source_id, page.id);
     assert_eq!(docs[0].text, "Remote body.");
     assert_eq!(docs[0].metadata["title"], "Remote");

@@ -230,7 +230,10 @@ impl WebSearchRetriever {
             kind,
             content_type: fetched.content_type,
         };
-        let parsed = tokio::task::spawn_blocking(move || load::parse(&source, &raw)).await;
+        let parsed = tokio::task::spawn_blocking(move || {
+            load::parse(&source, &raw, &crate::settings::LoadLimits::default())
+        })
+        .await;
         let documents = match parsed {
             Ok(Ok(documents)) => documents,
             Ok(Err(e)) => return (None, report(PageOutcome::Failed, Some(e.to_string()))),
