@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized};
 use orkeon_agents::llm::LlmSettings;
-use orkeon_knowledge::settings::{EmbeddingSettings, LoadLimits, RagSettings};
+use orkeon_knowledge::settings::{EmbeddingSettings, IngestionSettings, LoadLimits, RagSettings};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::figment::Yaml;
 
@@ -244,6 +244,42 @@ impl Config {
         Ok(config)
     }
 
+    /// The ingestion settings of this process: `rag.ingestion` with the loader limits of
+    /// `limits:` and the roots of [`Config::ingestion_roots`].
+    pub fn ingestion_settings(&self) -> IngestionSettings {
+        let mut settings = self.rag.ingestion.clone();
+        settings.load_limits = self.limits.load_limits();
+        settings.roots = self.ingestion_roots();
+        settings
+    }
+
+    /// The folders ingestion may read besides a request's own folder, absolute. Remote requests
+    /// (gRPC, `--server`), which have no folder of their own, resolve relative paths against the
+    /// first. `rag.ingestion.roots` when set (relative entries against the working directory,
+    /// like `data_dir`); else the crews folder and `<data_dir>/sources` — created here — of
+    /// which those that exist.
+    pub fn ingestion_roots(&self) -> Vec<PathBuf> {
+        let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.into());
+        if !self.rag.ingestion.roots.is_empty() {
+            return self
+                .rag
+                .ingestion
+                .roots
+                .iter()
+                .map(|root| absolute(root))
+                .collect();
+        }
+        let sources = self.data_dir.join("sources");
+        if let Err(error) = std::fs::create_dir_all(&sources) {
+            tracing::warn!(path = %sources.display(), %error, "cannot create the default ingestion root");
+        }
+        [self.crews_dir.as_path(), sources.as_path()]
+            .into_iter()
+            .map(absolute)
+            .filter(|root| root.is_dir())
+            .collect()
+    }
+
     /// The effective configuration as JSON with secrets redacted.
     pub fn redacted_json(&self) -> serde_json::Value {
         let mut value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
@@ -408,6 +444,36 @@ mod tests {
             assert!(json["rag"]["ingestion"].get("load_limits").is_none());
             Ok(())
         });
+    }
+
+    #[test]
+    fn ingestion_roots_default_to_the_crews_folder_and_data_sources() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let crews = dir.path().join("crews");
+        std::fs::create_dir_all(&crews).expect("mkdir");
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            crews_dir: crews.clone(),
+            ..Config::default()
+        };
+        let roots = config.ingestion_roots();
+        assert_eq!(roots, vec![crews.clone(), dir.path().join("data/sources")]);
+        assert!(dir.path().join("data/sources").is_dir());
+        assert_eq!(config.ingestion_settings().roots, roots);
+
+        // A missing crews folder is left out; configured roots replace the defaults.
+        config.crews_dir = dir.path().join("no-crews");
+        assert_eq!(
+            config.ingestion_roots(),
+            vec![dir.path().join("data/sources")]
+        );
+        config.rag.ingestion.roots = vec![dir.path().join("docs"), "rel".into()];
+        let roots = config.ingestion_roots();
+        assert_eq!(roots[0], dir.path().join("docs"));
+        assert!(
+            roots[1].is_absolute() && roots[1].ends_with("rel"),
+            "{roots:?}"
+        );
     }
 
     #[test]

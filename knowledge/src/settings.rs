@@ -90,7 +90,9 @@ pub struct IngestionSettings {
     pub default_chunking: ChunkingSettings,
     /// Whether http(s) sources may be fetched.
     pub allow_urls: bool,
-    /// Directories sources must stay within (default: the base directory of the request).
+    /// Directories sources may come from besides the request's base directory (which is always
+    /// allowed); relative entries resolve against the base directory. The daemon fills this
+    /// (see its `rag.ingestion.roots`) and resolves remote requests against the first.
     pub roots: Vec<PathBuf>,
     /// Largest document accepted, in bytes.
     pub max_document_bytes: usize,

@@ -47,12 +47,43 @@ pub const SUPPORTED_KINDS: &[&str] = &[
 ];
 
 /// Where a source lives.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum SourceLocation {
     /// An absolute path to a file inside the allowed roots (as found, not canonicalised).
     File(PathBuf),
-    /// An http(s) URL.
+    /// An http(s) URL, credentials (`user:pass@`) included when it has them: they are used for
+    /// the fetch only, never shown (see [`redact_userinfo`]).
     Url(String),
+}
+
+impl std::fmt::Debug for SourceLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceLocation::File(path) => f.debug_tuple("File").field(path).finish(),
+            SourceLocation::Url(url) => f.debug_tuple("Url").field(&redact_userinfo(url)).finish(),
+        }
+    }
+}
+
+/// `url` without the credentials of its authority (`https://user:pass@host/x` →
+/// `https://host/x`), otherwise exactly as written. Source ids, metadata, logs and errors show
+/// URLs through this.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| authority_start + i);
+    match url[authority_start..authority_end].rfind('@') {
+        Some(at) => format!(
+            "{}{}",
+            &url[..authority_start],
+            &url[authority_start + at + 1..]
+        ),
+        None => url.to_owned(),
+    }
 }
 
 /// One source of a collection: its stable id and where to read it.
@@ -229,6 +260,10 @@ pub enum LoadError {
     Timeout { url: String, timeout_ms: u64 },
     #[error("source `{url}`: redirect refused: {reason}")]
     Redirect { url: String, reason: String },
+    #[error(
+        "source `{url}` was not fetched: {reason}; move the document to a public server or copy it under an ingestion root"
+    )]
+    AddressRefused { url: String, reason: String },
     #[error("source `{url}`: download failed: {reason}")]
     Fetch { url: String, reason: String },
     #[error(
@@ -326,7 +361,7 @@ pub fn parse(
                 .insert("content_type".into(), content_type.clone());
         }
         if let SourceLocation::Url(url) = &source.location {
-            document.metadata.insert("url".into(), url.clone());
+            document.metadata.insert("url".into(), redact_userinfo(url));
         }
     }
     Ok(documents)

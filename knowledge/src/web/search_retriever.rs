@@ -159,6 +159,7 @@ impl WebSearchRetriever {
             timeout: self.config.timeout,
             max_bytes: self.config.max_page_bytes,
             max_redirects: self.config.max_redirects,
+            user_agent: concat!("orkeon/", env!("CARGO_PKG_VERSION"), " (web fallback)"),
         }
     }
 
