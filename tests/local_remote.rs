@@ -89,19 +89,20 @@ fn scenario(work: &Path, data: &Path, server: Option<&str>) -> Vec<Value> {
 #[test]
 fn the_same_scenario_prints_the_same_json_locally_and_with_server() {
     let work = tempfile::tempdir().expect("tempdir");
-    fs::create_dir_all(work.path().join("kb/policies")).expect("mkdir");
-    fs::write(work.path().join("kb/faq.md"), FAQ).expect("write");
-    fs::write(work.path().join("kb/policies/shipping.md"), SHIPPING).expect("write");
-    fs::write(work.path().join("kb/hostile.md"), HOSTILE).expect("write");
+    // The sources live in the crews folder: the daemon resolves a remote request's relative
+    // paths against it (its first ingestion root), the local CLI against its working directory.
     let crews = work.path().join("crews");
-    fs::create_dir_all(&crews).expect("mkdir");
+    fs::create_dir_all(crews.join("kb/policies")).expect("mkdir");
+    fs::write(crews.join("kb/faq.md"), FAQ).expect("write");
+    fs::write(crews.join("kb/policies/shipping.md"), SHIPPING).expect("write");
+    fs::write(crews.join("kb/hostile.md"), HOSTILE).expect("write");
 
-    let local = scenario(work.path(), &work.path().join("local-data"), None);
+    let local = scenario(&crews, &work.path().join("local-data"), None);
 
     let daemon_data = work.path().join("daemon-data");
     let daemon = Daemon::start(work.path(), &daemon_data, &crews, &[]);
     let remote = scenario(
-        work.path(),
+        &crews,
         &work.path().join("client-data"),
         Some(&daemon.url()),
     );

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized};
 use orkeon_agents::llm::LlmSettings;
-use orkeon_knowledge::settings::{EmbeddingSettings, RagSettings};
+use orkeon_knowledge::settings::{EmbeddingSettings, IngestionSettings, LoadLimits, RagSettings};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::figment::Yaml;
 
@@ -102,8 +102,10 @@ impl Default for ServerSettings {
     }
 }
 
-/// `limits:` — what one request may ask for. A request over a limit fails with an
-/// invalid-argument error naming the field and the limit (`limits.<key>`), before any work.
+/// `limits:` — what one request may ask for, and what one source may expand to. A request over a
+/// limit fails with an invalid-argument error naming the field and the limit (`limits.<key>`),
+/// before any work; a source over a loader limit (pages, inflated bytes, rows, text bytes) is
+/// refused — quarantined with the limit and its key — and the rest of the request goes on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -127,10 +129,21 @@ pub struct Limits {
     pub max_concurrent_retrievals: usize,
     /// Longest one agent retrieval may take, waiting for a slot included, in seconds.
     pub retrieval_timeout_secs: u64,
+    /// Pages of one PDF.
+    pub max_pdf_pages: usize,
+    /// Bytes one PDF stream may inflate to (a flate bomb stops here, never allocated past it).
+    pub max_pdf_stream_bytes: usize,
+    /// Bytes all the streams of one PDF may inflate to, together.
+    pub max_pdf_document_bytes: usize,
+    /// Data rows of one CSV file (one document per row).
+    pub max_csv_rows: usize,
+    /// Bytes of one text, Markdown or HTML document.
+    pub max_text_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
+        let load = LoadLimits::default();
         Self {
             max_top_n: 100,
             max_query_bytes: 8 * 1024,
@@ -141,11 +154,27 @@ impl Default for Limits {
             request_timeout_secs: 900,
             max_concurrent_retrievals: 8,
             retrieval_timeout_secs: 300,
+            max_pdf_pages: load.max_pdf_pages,
+            max_pdf_stream_bytes: load.max_pdf_stream_bytes,
+            max_pdf_document_bytes: load.max_pdf_document_bytes,
+            max_csv_rows: load.max_csv_rows,
+            max_text_bytes: load.max_text_bytes,
         }
     }
 }
 
 impl Limits {
+    /// The loaders' share of the limits (carried to `rag.ingestion` by [`Config::load`]).
+    pub fn load_limits(&self) -> LoadLimits {
+        LoadLimits {
+            max_pdf_pages: self.max_pdf_pages,
+            max_pdf_stream_bytes: self.max_pdf_stream_bytes,
+            max_pdf_document_bytes: self.max_pdf_document_bytes,
+            max_csv_rows: self.max_csv_rows,
+            max_text_bytes: self.max_text_bytes,
+        }
+    }
+
     /// `InvalidArgument`-style message when `value` exceeds `limit`.
     pub fn check(key: &str, value: usize, limit: usize, unit: &str) -> Result<(), String> {
         if value > limit {
@@ -205,9 +234,10 @@ impl Config {
             })
             .split("__");
         figment = figment.merge(env).merge(Serialized::defaults(cli.clone()));
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Invalid(describe(e)))?;
+        config.rag.ingestion.load_limits = config.limits.load_limits();
         if let Err((key, reason)) = config.rag.store.check() {
             let path = format!("rag.store.{key}");
             let source = figment
@@ -219,6 +249,42 @@ impl Config {
             )));
         }
         Ok(config)
+    }
+
+    /// The ingestion settings of this process: `rag.ingestion` with the loader limits of
+    /// `limits:` and the roots of [`Config::ingestion_roots`].
+    pub fn ingestion_settings(&self) -> IngestionSettings {
+        let mut settings = self.rag.ingestion.clone();
+        settings.load_limits = self.limits.load_limits();
+        settings.roots = self.ingestion_roots();
+        settings
+    }
+
+    /// The folders ingestion may read besides a request's own folder, absolute. Remote requests
+    /// (gRPC, `--server`), which have no folder of their own, resolve relative paths against the
+    /// first. `rag.ingestion.roots` when set (relative entries against the working directory,
+    /// like `data_dir`); else the crews folder and `<data_dir>/sources` — created here — of
+    /// which those that exist.
+    pub fn ingestion_roots(&self) -> Vec<PathBuf> {
+        let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.into());
+        if !self.rag.ingestion.roots.is_empty() {
+            return self
+                .rag
+                .ingestion
+                .roots
+                .iter()
+                .map(|root| absolute(root))
+                .collect();
+        }
+        let sources = self.data_dir.join("sources");
+        if let Err(error) = std::fs::create_dir_all(&sources) {
+            tracing::warn!(path = %sources.display(), %error, "cannot create the default ingestion root");
+        }
+        [self.crews_dir.as_path(), sources.as_path()]
+            .into_iter()
+            .map(absolute)
+            .filter(|root| root.is_dir())
+            .collect()
     }
 
     /// The effective configuration as JSON with secrets redacted.
@@ -362,6 +428,59 @@ mod tests {
             assert!(err.contains("ORKEON_RAG__STORE__HNSW_EF_SEARCH"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn loader_limits_are_carried_to_the_ingestion_settings() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "custom.yaml",
+                "limits:\n  max_pdf_pages: 7\n  max_csv_rows: 9\n",
+            )?;
+            jail.set_env("ORKEON_LIMITS__MAX_PDF_STREAM_BYTES", "1024");
+            let config = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
+                .map_err(|e| e.to_string())?;
+            let carried = &config.rag.ingestion.load_limits;
+            assert_eq!(carried.max_pdf_pages, 7);
+            assert_eq!(carried.max_csv_rows, 9);
+            assert_eq!(carried.max_pdf_stream_bytes, 1024);
+            assert_eq!(carried, &config.limits.load_limits());
+            // Shown once, under `limits:`.
+            let json = config.redacted_json();
+            assert_eq!(json["limits"]["max_pdf_pages"], 7);
+            assert!(json["rag"]["ingestion"].get("load_limits").is_none());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn ingestion_roots_default_to_the_crews_folder_and_data_sources() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let crews = dir.path().join("crews");
+        std::fs::create_dir_all(&crews).expect("mkdir");
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            crews_dir: crews.clone(),
+            ..Config::default()
+        };
+        let roots = config.ingestion_roots();
+        assert_eq!(roots, vec![crews.clone(), dir.path().join("data/sources")]);
+        assert!(dir.path().join("data/sources").is_dir());
+        assert_eq!(config.ingestion_settings().roots, roots);
+
+        // A missing crews folder is left out; configured roots replace the defaults.
+        config.crews_dir = dir.path().join("no-crews");
+        assert_eq!(
+            config.ingestion_roots(),
+            vec![dir.path().join("data/sources")]
+        );
+        config.rag.ingestion.roots = vec![dir.path().join("docs"), "rel".into()];
+        let roots = config.ingestion_roots();
+        assert_eq!(roots[0], dir.path().join("docs"));
+        assert!(
+            roots[1].is_absolute() && roots[1].ends_with("rel"),
+            "{roots:?}"
+        );
     }
 
     #[test]

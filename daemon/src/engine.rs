@@ -308,7 +308,7 @@ impl CrewEngine {
         if *cancel.borrow() {
             // Cancelled while it waited for a slot: it never started.
             let reason = Some("cancelled before it started".to_string());
-            self.end(&sink, &run_id, RunStatus::Cancelled, reason, None);
+            self.end(&run_id, RunStatus::Cancelled, reason, None);
             return;
         }
         sink.emit(RunEvent::RunStarted {
@@ -339,7 +339,7 @@ impl CrewEngine {
         }
         if !degraded.is_empty() && matches!(spec.on_degraded, DegradedPolicy::Fail) {
             let reason = format!("{} (on_degraded: fail)", degraded.join("; "));
-            self.end(&sink, &run_id, RunStatus::Failed, Some(reason), None);
+            self.end(&run_id, RunStatus::Failed, Some(reason), None);
             return;
         }
 
@@ -347,7 +347,7 @@ impl CrewEngine {
         let chat = match self.chat_model(&spec) {
             Ok(chat) => chat,
             Err(error) => {
-                self.end(&sink, &run_id, RunStatus::Failed, Some(error), None);
+                self.end(&run_id, RunStatus::Failed, Some(error), None);
                 return;
             }
         };
@@ -368,7 +368,7 @@ impl CrewEngine {
             Ok(pool) => Arc::new(pool),
             Err(error) => {
                 let reason = error.to_string();
-                self.end(&sink, &run_id, RunStatus::Failed, Some(reason), None);
+                self.end(&run_id, RunStatus::Failed, Some(reason), None);
                 return;
             }
         };
@@ -399,27 +399,31 @@ impl CrewEngine {
             _ => RunStatus::Finished,
         };
         let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
-        self.end(&sink, &run_id, state, reason, final_output);
+        self.end(&run_id, state, reason, final_output);
     }
 
     fn end(
         &self,
-        sink: &Arc<dyn RunEventSink>,
         run_id: &str,
         state: RunStatus,
         reason: Option<String>,
         final_output: Option<String>,
     ) {
-        sink.emit(RunEvent::RunFinished {
+        // The terminal event ends the run record in the same store write
+        // (`RunRecord::next_event`): whoever sees the event sees the run ended.
+        let terminal = RunEvent::RunFinished {
             status: state,
             reason: reason.clone(),
             final_output: final_output.clone(),
-        });
-        if let Err(error) = self
-            .runs
-            .finish(run_id, state, reason.clone(), final_output)
-        {
-            tracing::error!(run_id, %error, "cannot record the end of a run");
+        };
+        if let Err(error) = self.runs.append(run_id, terminal) {
+            tracing::error!(run_id, %error, "cannot record the end of a run; ending its record alone");
+            if let Err(error) = self
+                .runs
+                .finish(run_id, state, reason.clone(), final_output)
+            {
+                tracing::error!(run_id, %error, "cannot record the end of a run");
+            }
         }
         tracing::info!(
             run_id,

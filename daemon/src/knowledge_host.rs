@@ -54,7 +54,7 @@ impl KnowledgeHost {
             store.clone() as Arc<dyn DocumentStore>,
             embedder.clone(),
             quarantine,
-            config.rag.ingestion.clone(),
+            config.ingestion_settings(),
         ));
         Ok(Self {
             data_dir,

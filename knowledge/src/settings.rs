@@ -90,7 +90,9 @@ pub struct IngestionSettings {
     pub default_chunking: ChunkingSettings,
     /// Whether http(s) sources may be fetched.
     pub allow_urls: bool,
-    /// Directories sources must stay within (default: the base directory of the request).
+    /// Directories sources may come from besides the request's base directory (which is always
+    /// allowed); relative entries resolve against the base directory. The daemon fills this
+    /// (see its `rag.ingestion.roots`) and resolves remote requests against the first.
     pub roots: Vec<PathBuf>,
     /// Largest document accepted, in bytes.
     pub max_document_bytes: usize,
@@ -99,6 +101,43 @@ pub struct IngestionSettings {
     pub url_max_bytes: usize,
     pub url_max_redirects: usize,
     pub suspicious_action: SuspiciousAction,
+    /// What the loaders may expand a document to. Not a `rag.ingestion` key: the daemon
+    /// carries these over from its `limits:` section.
+    #[serde(skip)]
+    pub load_limits: LoadLimits,
+    /// Socket addresses the URL loader may reach although they are not public. Never read from
+    /// configuration (tests point it at their loopback servers); empty: public addresses only.
+    #[serde(skip)]
+    pub url_exempt_addrs: Vec<std::net::SocketAddr>,
+}
+
+/// Bounds on what one source may expand to once loaded (configured under `limits:` of the
+/// daemon; the keys named here are those). Exceeding one refuses the source with
+/// [`crate::load::LoadError::OverLimit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// Pages of one PDF (`limits.max_pdf_pages`).
+    pub max_pdf_pages: usize,
+    /// Decompressed bytes of one PDF stream (`limits.max_pdf_stream_bytes`).
+    pub max_pdf_stream_bytes: usize,
+    /// Decompressed bytes of all the streams of one PDF (`limits.max_pdf_document_bytes`).
+    pub max_pdf_document_bytes: usize,
+    /// Data rows of one CSV file (`limits.max_csv_rows`).
+    pub max_csv_rows: usize,
+    /// Bytes of one text, Markdown or HTML document (`limits.max_text_bytes`).
+    pub max_text_bytes: usize,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self {
+            max_pdf_pages: 2_000,
+            max_pdf_stream_bytes: 64 * 1024 * 1024,
+            max_pdf_document_bytes: 256 * 1024 * 1024,
+            max_csv_rows: 100_000,
+            max_text_bytes: 10 * 1024 * 1024,
+        }
+    }
 }
 
 impl Default for IngestionSettings {
@@ -112,6 +151,8 @@ impl Default for IngestionSettings {
             url_max_bytes: 5 * 1024 * 1024,
             url_max_redirects: 5,
             suspicious_action: SuspiciousAction::Flag,
+            load_limits: LoadLimits::default(),
+            url_exempt_addrs: Vec::new(),
         }
     }
 }

@@ -73,11 +73,19 @@ impl TaskSummary {
 
 impl RunRecord {
     /// The run's next event: the next sequence number (recorded in `last_seq`), stamped now;
-    /// a `task_completed` event also adds its [`TaskSummary`]. Every store's `append` numbers
-    /// events through this.
+    /// a `task_completed` event also adds its [`TaskSummary`], and the terminal `run_finished`
+    /// event ends the record ([`RunRecord::end`]) — so a store that writes the record with the
+    /// event never shows the terminal event of a run it still calls running. Every store's
+    /// `append` numbers events through this.
     pub fn next_event(&mut self, event: RunEvent) -> StoredEvent {
-        if let RunEvent::TaskCompleted { output } = &event {
-            self.tasks.push(TaskSummary::of(output));
+        match &event {
+            RunEvent::TaskCompleted { output } => self.tasks.push(TaskSummary::of(output)),
+            RunEvent::RunFinished {
+                status,
+                reason,
+                final_output,
+            } => self.end(*status, reason.clone(), final_output.clone()),
+            _ => {}
         }
         self.last_seq += 1;
         StoredEvent {
@@ -376,6 +384,22 @@ pub mod conformance {
         assert_eq!((summary.task.as_str(), summary.cited), ("answer", 1));
         assert_eq!(summary.dangling_markers, vec![9]);
         assert_eq!(summary.groundedness.as_ref().map(|g| g.score), Some(0.8));
+
+        // The terminal event ends the record in the same write.
+        store
+            .append(
+                "r1",
+                RunEvent::RunFinished {
+                    status: RunStatus::Degraded,
+                    reason: Some("uncited".into()),
+                    final_output: Some("done".into()),
+                },
+            )
+            .expect("append");
+        let run = store.get("r1").expect("get");
+        assert_eq!(run.state, RunStatus::Degraded);
+        assert_eq!(run.final_output.as_deref(), Some("done"));
+        assert!(run.finished_at.is_some());
     }
 
     pub fn create_get_and_unknown(store: &dyn RunStore) {

@@ -82,8 +82,10 @@ pub struct IngestParams {
     /// `false`: additive, every other source is kept.
     #[serde(default)]
     pub replace: bool,
-    /// Folder relative sources resolve against; `None`: the serving process's working
-    /// directory.
+    /// Folder relative sources resolve against (and an allowed root besides
+    /// `rag.ingestion.roots`). `None` — a remote request (gRPC, `--server`): the first ingestion
+    /// root ([`crate::config::Config::ingestion_roots`]), never the serving process's working
+    /// directory; absolute paths must then lie under a root.
     pub base_dir: Option<PathBuf>,
 }
 
@@ -352,8 +354,15 @@ impl KnowledgeApi for KnowledgeApp {
         .map_err(|m| ServiceError::invalid("sources", m))?;
         let base_dir = match params.base_dir {
             Some(dir) => dir,
-            None => std::env::current_dir().map_err(|e| {
-                ServiceError::Internal(format!("cannot read the working directory: {e}"))
+            None => self.config.ingestion_roots().into_iter().next().ok_or_else(|| {
+                ServiceError::invalid(
+                    "sources",
+                    format!(
+                        "no ingestion root exists (rag.ingestion.roots is empty and neither the crews folder {} nor {} is a directory); set rag.ingestion.roots",
+                        self.config.crews_dir.display(),
+                        self.config.data_dir.join("sources").display()
+                    ),
+                )
             })?,
         };
         let request = IngestRequest {

@@ -263,7 +263,12 @@ impl IngestionPipeline {
         let chunking_label = chunking.fingerprint();
 
         // Expand the request (touches no store).
-        let expansion = load::expand_sources(&request.base_dir, &request.sources, &self.settings)?;
+        let expansion = load::expand_sources_blocking(
+            request.base_dir.clone(),
+            request.sources.clone(),
+            self.settings.clone(),
+        )
+        .await?;
         for missing in &expansion.missing {
             let consequence = match request.mode {
                 IngestMode::Replace => "its chunks are purged",
@@ -450,7 +455,9 @@ impl IngestionPipeline {
             .await?;
             return Ok(SourceOutcome::Quarantined);
         }
-        let documents = match load::parse(source, &raw) {
+        let parsed =
+            load::parse_blocking(source.clone(), raw, self.settings.load_limits.clone()).await;
+        let documents = match parsed {
             Ok(documents) => documents,
             Err(error) => {
                 let reason = format!("could not be parsed: {error}");

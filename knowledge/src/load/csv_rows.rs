@@ -4,14 +4,15 @@
 //! The first record is the header. Empty values are left out; a row whose values are all
 //! empty yields no document (but still counts for the numbering, so `#row=N` always points at
 //! the N-th data row of the file). Rows longer than the header label their extra values
-//! `column K`; a blank header cell is labelled the same way.
+//! `column K`; a blank header cell is labelled the same way. A file with more data rows than
+//! `max_rows` (`limits.max_csv_rows`) is refused as a whole, before any row is kept past it.
 
 use super::{LoadError, SourceKind, decode_utf8};
 use crate::types::{Document, Metadata};
 
 /// Parses CSV bytes into one document per non-empty data row (`source_id#row=N`, metadata
-/// `row` = N, 1-based).
-pub fn parse(source_id: &str, bytes: &[u8]) -> Result<Vec<Document>, LoadError> {
+/// `row` = N, 1-based); more than `max_rows` data rows is [`LoadError::OverLimit`].
+pub fn parse(source_id: &str, bytes: &[u8], max_rows: usize) -> Result<Vec<Document>, LoadError> {
     let text = decode_utf8(source_id, SourceKind::Csv, bytes)?;
     let parse_error = |reason: String| LoadError::Parse {
         source_id: source_id.to_owned(),
@@ -38,6 +39,14 @@ pub fn parse(source_id: &str, bytes: &[u8]) -> Result<Vec<Document>, LoadError> 
     let mut documents = Vec::new();
     for (index, record) in reader.records().enumerate() {
         let row = index + 1;
+        if row > max_rows {
+            return Err(LoadError::OverLimit {
+                source_id: source_id.to_owned(),
+                what: format!("it has more than {max_rows} data rows"),
+                limit: max_rows as u64,
+                key: "limits.max_csv_rows",
+            });
+        }
         let record = record.map_err(|e| {
             let line = e
                 .position()

@@ -1,13 +1,24 @@
 //! Reading a source's bytes: files from disk (bounded by `rag.ingestion.max_document_bytes`)
-//! and http(s) URLs through reqwest (bounded in time, size — enforced while streaming, not
-//! trusted from `Content-Length` alone — and redirects, which may only lead to http(s)).
+//! and http(s) URLs through the web fallback's guarded GET ([`crate::web::guarded_fetch`]):
+//! every hop checked by the same [`AddressGuard`] (public addresses only — no loopback,
+//! private, link-local/metadata, CGNAT, benchmarking, 6to4 or NAT64 target — DNS pinned to the
+//! checked addresses, redirects followed by hand and only to http(s), no system proxy), bounded
+//! in time, size — enforced while streaming, not trusted from `Content-Length` alone — and
+//! redirects. Credentials in a URL are used for the fetch and never shown: errors and logs
+//! carry [`redact_userinfo`]'s form.
 
 use std::time::Duration;
 
+use reqwest::header::HeaderMap;
 use tokio::io::AsyncReadExt;
 
-use super::{LoadError, RawSource, SourceKind, SourceLocation, SourceRef, kind_of};
+use super::{
+    LoadError, RawSource, SourceKind, SourceLocation, SourceRef, kind_of, redact_userinfo,
+};
 use crate::settings::IngestionSettings;
+use crate::web::WebError;
+use crate::web::address_guard::AddressGuard;
+use crate::web::guarded_fetch::{FetchLimits, Fetched, guarded_get};
 
 /// Reads the file or downloads the URL of `source`.
 pub async fn fetch(
@@ -64,99 +75,46 @@ async fn read_file(
     Ok(bytes)
 }
 
-/// Why a redirect was refused (carried through reqwest's error chain).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct RedirectRefused(String);
-
 async fn download(
     source: &SourceRef,
     url: &str,
     settings: &IngestionSettings,
 ) -> Result<RawSource, LoadError> {
+    let shown = redact_userinfo(url);
     if !settings.allow_urls {
-        return Err(LoadError::UrlsNotAllowed {
-            url: url.to_owned(),
-        });
+        return Err(LoadError::UrlsNotAllowed { url: shown });
     }
     let parsed = reqwest::Url::parse(url).map_err(|e| LoadError::InvalidUrl {
-        url: url.to_owned(),
+        url: shown.clone(),
         reason: e.to_string(),
     })?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(LoadError::InvalidUrl {
-            url: url.to_owned(),
+            url: shown,
             reason: format!("the scheme `{}` is not http or https", parsed.scheme()),
         });
     }
     let kind_from_path = kind_of(source)?;
 
-    let max_redirects = settings.url_max_redirects;
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() > max_redirects {
-            let reason = format!(
-                "more than {max_redirects} redirects; raise rag.ingestion.url_max_redirects if this is expected"
-            );
-            attempt.error(RedirectRefused(reason))
-        } else if !matches!(attempt.url().scheme(), "http" | "https") {
-            let reason = format!("it leads to the non-http(s) URL {}", attempt.url());
-            attempt.error(RedirectRefused(reason))
-        } else {
-            attempt.follow()
-        }
-    });
-    let client = reqwest::Client::builder()
-        .redirect(policy)
-        .timeout(Duration::from_millis(settings.url_timeout_ms))
-        .user_agent(concat!("orkeon/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| LoadError::Fetch {
-            url: url.to_owned(),
-            reason: format!("cannot build the HTTP client: {e}"),
-        })?;
-
-    let started = std::time::Instant::now();
-    let mut response = client
-        .get(parsed)
-        .send()
-        .await
-        .map_err(|e| request_error(url, settings, e))?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(LoadError::HttpStatus {
-            url: url.to_owned(),
-            status: status.as_u16(),
-        });
-    }
-    let limit = settings.url_max_bytes;
-    let too_large = |size| LoadError::TooLarge {
-        source_id: url.to_owned(),
-        size,
-        limit,
-        setting: "rag.ingestion.url_max_bytes",
+    let timeout = Duration::from_millis(settings.url_timeout_ms);
+    let guard = AddressGuard::public_only(timeout, "URL ingestion")
+        .with_exempt(settings.url_exempt_addrs.iter().copied());
+    let limits = FetchLimits {
+        timeout,
+        max_bytes: settings.url_max_bytes,
+        max_redirects: settings.url_max_redirects,
+        user_agent: concat!("orkeon/", env!("CARGO_PKG_VERSION")),
     };
-    if let Some(length) = response.content_length()
-        && length > limit as u64
-    {
-        return Err(too_large(length));
-    }
-    let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
-
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    let started = std::time::Instant::now();
+    let fetched = guarded_get(&guard, parsed, HeaderMap::new(), limits)
         .await
-        .map_err(|e| request_error(url, settings, e))?
-    {
-        if bytes.len() + chunk.len() > limit {
-            return Err(too_large((bytes.len() + chunk.len()) as u64));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+        .map_err(|error| fetch_error(&shown, settings, error))?;
+    let Fetched {
+        content_type,
+        bytes,
+        redirects,
+        ..
+    } = fetched;
 
     let kind = match kind_from_path {
         Some(kind) => kind,
@@ -164,13 +122,13 @@ async fn download(
             .as_deref()
             .and_then(SourceKind::from_content_type)
             .ok_or_else(|| LoadError::UnsupportedContentType {
-                url: url.to_owned(),
+                url: shown.clone(),
                 content_type: content_type.clone().unwrap_or_else(|| "(none)".into()),
             })?,
     };
     tracing::debug!(
-        url,
-        status = status.as_u16(),
+        url = %shown,
+        redirects,
         bytes = bytes.len(),
         %kind,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -183,32 +141,34 @@ async fn download(
     })
 }
 
-fn request_error(url: &str, settings: &IngestionSettings, error: reqwest::Error) -> LoadError {
-    if error.is_timeout() {
-        return LoadError::Timeout {
-            url: url.to_owned(),
+/// The loader's error for a failed guarded GET, naming the `rag.ingestion` key to change.
+fn fetch_error(url: &str, settings: &IngestionSettings, error: WebError) -> LoadError {
+    let url = url.to_owned();
+    match error {
+        WebError::Refused { reason, .. } => LoadError::AddressRefused { url, reason },
+        WebError::Timeout { .. } => LoadError::Timeout {
+            url,
             timeout_ms: settings.url_timeout_ms,
-        };
-    }
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-    while let Some(current) = cause {
-        if let Some(refused) = current.downcast_ref::<RedirectRefused>() {
-            return LoadError::Redirect {
-                url: url.to_owned(),
-                reason: refused.0.clone(),
-            };
+        },
+        WebError::Status { status, .. } => LoadError::HttpStatus { url, status },
+        WebError::TooLarge { size, limit, .. } => LoadError::TooLarge {
+            source_id: url,
+            size,
+            limit,
+            setting: "rag.ingestion.url_max_bytes",
+        },
+        WebError::Redirect { reason, .. } if reason.starts_with("more than") => {
+            LoadError::Redirect {
+                url,
+                reason: format!(
+                    "{reason}; raise rag.ingestion.url_max_redirects if this is expected"
+                ),
+            }
         }
-        cause = current.source();
-    }
-    let mut reason = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(inner) = source {
-        reason.push_str(": ");
-        reason.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    LoadError::Fetch {
-        url: url.to_owned(),
-        reason,
+        WebError::Redirect { reason, .. } => LoadError::Redirect { url, reason },
+        other => LoadError::Fetch {
+            url,
+            reason: other.to_string(),
+        },
     }
 }

@@ -12,12 +12,15 @@
 //! Between 2 and 3 the pipeline runs [`crate::validate::IntegrityValidator::check_raw`], so
 //! the parsers may assume the bytes are not empty and, for text kinds, valid UTF-8 (they still
 //! report a [`LoadError::Parse`] instead of panicking when that does not hold). Parsing is
-//! CPU-bound (PDF above all): call [`parse`] from a blocking context.
+//! CPU-bound (PDF above all): call [`parse`] from a blocking context, or [`parse_blocking`]
+//! from async code. Every loader stays within the [`LoadLimits`] it is given (pages, inflated
+//! bytes, rows, text bytes); past one, the source is refused with [`LoadError::OverLimit`].
 
 pub mod csv_rows;
 pub mod fetch;
 pub mod html;
 pub mod pdf;
+pub mod pdf_streams;
 pub mod sources;
 pub mod text;
 
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::LoadLimits;
 use crate::types::Document;
 
 pub use fetch::fetch;
@@ -43,12 +47,43 @@ pub const SUPPORTED_KINDS: &[&str] = &[
 ];
 
 /// Where a source lives.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum SourceLocation {
     /// An absolute path to a file inside the allowed roots (as found, not canonicalised).
     File(PathBuf),
-    /// An http(s) URL.
+    /// An http(s) URL, credentials (`user:pass@`) included when it has them: they are used for
+    /// the fetch only, never shown (see [`redact_userinfo`]).
     Url(String),
+}
+
+impl std::fmt::Debug for SourceLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceLocation::File(path) => f.debug_tuple("File").field(path).finish(),
+            SourceLocation::Url(url) => f.debug_tuple("Url").field(&redact_userinfo(url)).finish(),
+        }
+    }
+}
+
+/// `url` without the credentials of its authority (`https://user:pass@host/x` →
+/// `https://host/x`), otherwise exactly as written. Source ids, metadata, logs and errors show
+/// URLs through this.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| authority_start + i);
+    match url[authority_start..authority_end].rfind('@') {
+        Some(at) => format!(
+            "{}{}",
+            &url[..authority_start],
+            &url[authority_start + at + 1..]
+        ),
+        None => url.to_owned(),
+    }
 }
 
 /// One source of a collection: its stable id and where to read it.
@@ -225,6 +260,10 @@ pub enum LoadError {
     Timeout { url: String, timeout_ms: u64 },
     #[error("source `{url}`: redirect refused: {reason}")]
     Redirect { url: String, reason: String },
+    #[error(
+        "source `{url}` was not fetched: {reason}; move the document to a public server or copy it under an ingestion root"
+    )]
+    AddressRefused { url: String, reason: String },
     #[error("source `{url}`: download failed: {reason}")]
     Fetch { url: String, reason: String },
     #[error(
@@ -232,6 +271,15 @@ pub enum LoadError {
         SUPPORTED_KINDS.join(", ")
     )]
     UnsupportedContentType { url: String, content_type: String },
+    #[error(
+        "source `{source_id}` is refused: {what}, over the limit of {limit} ({key}); raise {key} if the source is trusted, or split it"
+    )]
+    OverLimit {
+        source_id: String,
+        what: String,
+        limit: u64,
+        key: &'static str,
+    },
     #[error("source `{source_id}` cannot be parsed as {kind}: {reason}")]
     Parse {
         source_id: String,
@@ -277,18 +325,34 @@ pub fn kind_of(source: &SourceRef) -> Result<Option<SourceKind>, LoadError> {
     }
 }
 
-/// Parses a fetched source into documents with the loader of `raw.kind`.
+/// Parses a fetched source into documents with the loader of `raw.kind`, within `limits`.
 ///
 /// Every document carries `source_id` = the source id (plus `#row=N` / `#page=N` for parts),
 /// `loader` = the kind's name, and metadata `content_type` (URLs) and `url` (URL sources).
-pub fn parse(source: &SourceRef, raw: &RawSource) -> Result<Vec<Document>, LoadError> {
+pub fn parse(
+    source: &SourceRef,
+    raw: &RawSource,
+    limits: &LoadLimits,
+) -> Result<Vec<Document>, LoadError> {
+    if matches!(
+        raw.kind,
+        SourceKind::Text | SourceKind::Markdown | SourceKind::Html
+    ) && raw.bytes.len() > limits.max_text_bytes
+    {
+        return Err(LoadError::OverLimit {
+            source_id: source.id.clone(),
+            what: format!("its {} text is {} bytes", raw.kind, raw.bytes.len()),
+            limit: limits.max_text_bytes as u64,
+            key: "limits.max_text_bytes",
+        });
+    }
     let mut documents = match raw.kind {
         SourceKind::Text | SourceKind::Markdown => {
             vec![text::parse(&source.id, raw.kind, &raw.bytes)?]
         }
-        SourceKind::Csv => csv_rows::parse(&source.id, &raw.bytes)?,
+        SourceKind::Csv => csv_rows::parse(&source.id, &raw.bytes, limits.max_csv_rows)?,
         SourceKind::Html => vec![html::parse(&source.id, &raw.bytes)?],
-        SourceKind::Pdf => pdf::parse(&source.id, &raw.bytes)?,
+        SourceKind::Pdf => pdf::parse(&source.id, &raw.bytes, limits)?,
     };
     for document in &mut documents {
         if let Some(content_type) = &raw.content_type {
@@ -297,10 +361,44 @@ pub fn parse(source: &SourceRef, raw: &RawSource) -> Result<Vec<Document>, LoadE
                 .insert("content_type".into(), content_type.clone());
         }
         if let SourceLocation::Url(url) = &source.location {
-            document.metadata.insert("url".into(), url.clone());
+            document.metadata.insert("url".into(), redact_userinfo(url));
         }
     }
     Ok(documents)
+}
+
+/// [`parse`] on a blocking thread: parsing is CPU-bound (PDFs above all) and must not hold an
+/// async worker.
+pub async fn parse_blocking(
+    source: SourceRef,
+    raw: RawSource,
+    limits: LoadLimits,
+) -> Result<Vec<Document>, LoadError> {
+    let source_id = source.id.clone();
+    let kind = raw.kind;
+    tokio::task::spawn_blocking(move || parse(&source, &raw, &limits))
+        .await
+        .map_err(|e| LoadError::Parse {
+            source_id,
+            kind,
+            reason: format!("the parsing task failed ({e})"),
+        })?
+}
+
+/// [`expand_sources`] on a blocking thread (it walks directories).
+pub async fn expand_sources_blocking(
+    base_dir: PathBuf,
+    patterns: Vec<String>,
+    settings: crate::settings::IngestionSettings,
+) -> Result<Expansion, LoadError> {
+    let base = base_dir.clone();
+    tokio::task::spawn_blocking(move || expand_sources(&base_dir, &patterns, &settings))
+        .await
+        .map_err(|e| LoadError::Walk {
+            pattern: "(all)".into(),
+            path: base,
+            reason: format!("the expansion task failed ({e})"),
+        })?
 }
 
 /// Decodes the bytes of a text kind as UTF-8 (a leading byte-order mark is dropped).

@@ -13,6 +13,11 @@
 //! process, and forms drawing each other many times over would take exponential time. Before
 //! extracting a page, [`check_forms`] walks its form XObjects with a bounded depth and a bounded
 //! number of expanded invocations and refuses the page if either bound is hit.
+//!
+//! Size is bounded too ([`LoadLimits`]): streams are inflated by [`super::pdf_streams`] with
+//! bounded readers (a flate bomb is refused, never allocated), a page's content streams
+//! together may not exceed the document's decompressed-bytes limit (a page can list the same
+//! stream many times), and a PDF with more pages than `limits.max_pdf_pages` is refused.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -23,16 +28,32 @@ use pdf_extract::{
     Dictionary, Document as PdfDocument, Object, ObjectId, PlainTextOutput, output_doc_page,
 };
 
+use super::pdf_streams::{self, StreamError};
 use super::{LoadError, SourceKind};
+use crate::settings::LoadLimits;
 use crate::types::{Document, Metadata};
 
-/// Parses PDF bytes into one document per non-empty page.
-pub fn parse(source_id: &str, bytes: &[u8]) -> Result<Vec<Document>, LoadError> {
+/// Parses PDF bytes into one document per non-empty page, within `limits`.
+pub fn parse(
+    source_id: &str,
+    bytes: &[u8],
+    limits: &LoadLimits,
+) -> Result<Vec<Document>, LoadError> {
     let parse_error = |reason: String| LoadError::Parse {
         source_id: source_id.to_owned(),
         kind: SourceKind::Pdf,
         reason,
     };
+    let stream_error = |error: StreamError| match error {
+        StreamError::OverLimit { what, limit, key } => LoadError::OverLimit {
+            source_id: source_id.to_owned(),
+            what,
+            limit,
+            key,
+        },
+        StreamError::Refused(reason) => parse_error(reason),
+    };
+    let prescanned = pdf_streams::prescan(bytes, limits).map_err(stream_error)?;
     let mut pdf = guarded(|| PdfDocument::load_mem(bytes))
         .map_err(|panic| {
             parse_error(format!(
@@ -53,6 +74,9 @@ pub fn parse(source_id: &str, bytes: &[u8]) -> Result<Vec<Document>, LoadError> 
                 ))
             })?;
     }
+    guarded(|| pdf_streams::decode_in_place(&mut pdf, limits, prescanned))
+        .map_err(|panic| parse_error(format!("a stream cannot be decoded ({panic})")))?
+        .map_err(stream_error)?;
     let pages = pdf.get_pages();
     if pages.is_empty() {
         return Err(parse_error(
@@ -60,8 +84,30 @@ pub fn parse(source_id: &str, bytes: &[u8]) -> Result<Vec<Document>, LoadError> 
         ));
     }
     let page_count = pages.len();
+    if page_count > limits.max_pdf_pages {
+        return Err(LoadError::OverLimit {
+            source_id: source_id.to_owned(),
+            what: format!("it has {page_count} pages"),
+            limit: limits.max_pdf_pages as u64,
+            key: "limits.max_pdf_pages",
+        });
+    }
     let mut documents = Vec::new();
     for (&page, &page_id) in &pages {
+        let content_bytes: u64 = pdf
+            .get_page_contents(page_id)
+            .into_iter()
+            .filter_map(|id| pdf.get_object(id).and_then(Object::as_stream).ok())
+            .map(|stream| stream.content.len() as u64 + 1)
+            .sum();
+        if content_bytes > limits.max_pdf_document_bytes as u64 {
+            return Err(LoadError::OverLimit {
+                source_id: source_id.to_owned(),
+                what: format!("page {page}'s content streams add up to {content_bytes} bytes"),
+                limit: limits.max_pdf_document_bytes as u64,
+                key: "limits.max_pdf_document_bytes",
+            });
+        }
         check_forms(&pdf, page_id).map_err(|reason| {
             parse_error(format!(
                 "page {page} cannot be drawn safely: {reason}; the file is malformed or hostile"

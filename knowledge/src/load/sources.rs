@@ -1,5 +1,6 @@
 //! Source expansion and confinement: the request's patterns (plain paths, globs with `*`, `**`,
-//! `?`, http(s) URLs) → sorted, deduplicated [`SourceRef`]s inside the allowed roots.
+//! `?`, http(s) URLs) → sorted, deduplicated [`SourceRef`]s inside the allowed roots: the
+//! request's base directory and `rag.ingestion.roots`.
 //!
 //! Confinement is checked on canonical paths (symlinks resolved), so `../` and symlink escapes
 //! are refused. A glob walks from its literal prefix directory; that directory must itself lie
@@ -77,23 +78,21 @@ impl Confinement {
             path: base.clone(),
             source,
         })?;
-        let roots = if roots.is_empty() {
-            vec![(base.clone(), canonical_base.clone())]
-        } else {
-            roots
-                .iter()
-                .map(|root| {
-                    let lexical = normalize(&base.join(root));
-                    lexical
-                        .canonicalize()
-                        .map(|canonical| (lexical.clone(), canonical))
-                        .map_err(|source| LoadError::Root {
-                            root: root.clone(),
-                            source,
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?
-        };
+        // The base directory is always a root (the request's own folder: the crew file's, the
+        // local CLI's working directory, or the first configured root for remote requests);
+        // the configured roots are added to it.
+        let mut all_roots = vec![(base.clone(), canonical_base.clone())];
+        for root in roots {
+            let lexical = normalize(&base.join(root));
+            let canonical = lexical.canonicalize().map_err(|source| LoadError::Root {
+                root: root.clone(),
+                source,
+            })?;
+            if !all_roots.iter().any(|(_, known)| known == &canonical) {
+                all_roots.push((lexical, canonical));
+            }
+        }
+        let roots = all_roots;
         Ok(Self {
             base,
             canonical_base,
@@ -170,27 +169,27 @@ fn url_source(
 ) -> Result<SourceRef, LoadError> {
     if scheme != "http" && scheme != "https" {
         return Err(LoadError::UnsupportedScheme {
-            pattern: pattern.to_owned(),
+            pattern: super::redact_userinfo(pattern),
             scheme: scheme.to_owned(),
         });
     }
+    let shown = super::redact_userinfo(pattern);
     if !settings.allow_urls {
-        return Err(LoadError::UrlsNotAllowed {
-            url: pattern.to_owned(),
-        });
+        return Err(LoadError::UrlsNotAllowed { url: shown });
     }
     let parsed = reqwest::Url::parse(pattern).map_err(|e| LoadError::InvalidUrl {
-        url: pattern.to_owned(),
+        url: shown.clone(),
         reason: e.to_string(),
     })?;
     if parsed.host_str().is_none() {
         return Err(LoadError::InvalidUrl {
-            url: pattern.to_owned(),
+            url: shown,
             reason: "it has no host".into(),
         });
     }
+    // Credentials are for the fetch only: never in the id (manifest, citations, logs).
     Ok(SourceRef {
-        id: pattern.to_owned(),
+        id: super::redact_userinfo(pattern),
         location: SourceLocation::Url(pattern.to_owned()),
     })
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::settings::IngestionSettings;
+use crate::settings::{IngestionSettings, LoadLimits};
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) {
     if let Some(parent) = path.parent() {
@@ -337,12 +337,20 @@ fn extra_roots_allow_files_outside_the_base_directory() {
     let expansion = expand(&base, &["a.md", &outside_glob], &settings).unwrap();
     assert_eq!(ids(&expansion), ["a.md", "secret.md"]);
 
-    // Only the listed roots: the base directory itself is then outside.
+    // The base directory stays a root when others are listed; a file under neither is refused.
     let settings = IngestionSettings {
         roots: vec![outside.clone()],
         ..IngestionSettings::default()
     };
-    let error = expand(&base, &["a.md"], &settings).unwrap_err();
+    let expansion = expand(&base, &["a.md", &outside_glob], &settings).unwrap();
+    assert_eq!(ids(&expansion), ["a.md", "secret.md"]);
+    let inside_base = format!("{}/a.md", base.display());
+    let error = expand(
+        &outside,
+        &[inside_base.as_str()],
+        &IngestionSettings::default(),
+    )
+    .unwrap_err();
     assert!(matches!(error, LoadError::OutsideRoots { .. }), "{error}");
 
     let settings = IngestionSettings {
@@ -431,7 +439,7 @@ async fn load_file(dir: &Path, name: &str) -> Result<Vec<Document>, LoadError> {
     let expansion = expand_sources(dir, &[name.to_string()], &settings)?;
     let source = &expansion.sources[0];
     let raw = fetch(source, &settings).await?;
-    parse(source, &raw)
+    parse(source, &raw, &LoadLimits::default())
 }
 
 // ---------------------------------------------------------------- text / markdown
@@ -519,7 +527,7 @@ async fn csv_yields_one_document_per_row() {
         kind: SourceKind::Csv,
         content_type: None,
     };
-    let error = parse(&source, &raw).unwrap_err();
+    let error = parse(&source, &raw, &LoadLimits::default()).unwrap_err();
     assert!(matches!(error, LoadError::Parse { .. }), "{error}");
     assert!(error.to_string().contains("bad.csv"));
 }
@@ -613,7 +621,7 @@ fn html_title_falls_back_to_the_first_h1_and_hidden_text_is_truncated() {
         kind: SourceKind::Html,
         content_type: None,
     };
-    let doc = &parse(&source, &raw).unwrap()[0];
+    let doc = &parse(&source, &raw, &LoadLimits::default()).unwrap()[0];
     assert_eq!(doc.metadata["title"], "Main heading");
     assert_eq!(doc.text, "# Main heading\n\nBody.");
     let hidden = &doc.metadata["hidden_text"];
@@ -635,7 +643,7 @@ fn deeply_nested_html_does_not_overflow_the_stack() {
         kind: SourceKind::Html,
         content_type: None,
     };
-    let docs = parse(&source, &raw).unwrap();
+    let docs = parse(&source, &raw, &LoadLimits::default()).unwrap();
     assert_eq!(docs[0].text, "deep text");
 }
 
@@ -721,6 +729,7 @@ fn self_drawing_and_exploding_form_xobjects_are_refused() {
                 kind: SourceKind::Pdf,
                 content_type: None,
             },
+            &LoadLimits::default(),
         )
     };
 
@@ -815,6 +824,15 @@ fn url_ref(url: &str) -> SourceRef {
     }
 }
 
+/// URL settings exempting exactly `server`'s loopback address from the address guard (the
+/// test-only switch: never reachable from configuration).
+fn url_settings_for(server: &orkeon_testkit::LoopbackServer) -> IngestionSettings {
+    IngestionSettings {
+        url_exempt_addrs: vec![server.addr()],
+        ..url_settings()
+    }
+}
+
 fn url_settings() -> IngestionSettings {
     IngestionSettings {
         allow_urls: true,
@@ -829,7 +847,7 @@ fn url_settings() -> IngestionSettings {
 async fn urls_are_fetched_and_parsed_by_content_type() {
     let server = http::start().await;
     let base = server.base_url();
-    let settings = url_settings();
+    let settings = url_settings_for(&server);
 
     let page = url_ref(&format!("{base}/page"));
     let raw = fetch(&page, &settings).await.unwrap();
@@ -838,7 +856,7 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
         raw.content_type.as_deref(),
         Some("text/html; charset=utf-8")
     );
-    let docs = parse(&page, &raw).unwrap();
+    let docs = parse(&page, &raw, &LoadLimits::default()).unwrap();
     assert_eq!(docs[0].source_id, page.id);
     assert_eq!(docs[0].text, "Remote body.");
     assert_eq!(docs[0].metadata["title"], "Remote");
@@ -883,7 +901,7 @@ async fn urls_are_fetched_and_parsed_by_content_type() {
 async fn url_size_limit_is_enforced() {
     let server = http::start().await;
     let base = server.base_url();
-    let settings = url_settings();
+    let settings = url_settings_for(&server);
     for path in ["/declared-big", "/streamed-big"] {
         let error = fetch(&url_ref(&format!("{base}{path}")), &settings)
             .await
@@ -903,7 +921,7 @@ async fn url_size_limit_is_enforced() {
 async fn url_redirects_are_bounded_and_http_only() {
     let server = http::start().await;
     let base = server.base_url();
-    let settings = url_settings();
+    let settings = url_settings_for(&server);
     // /r/1 → /r/0 → /page: two redirects, allowed.
     let raw = fetch(&url_ref(&format!("{base}/r/1")), &settings)
         .await
@@ -934,7 +952,7 @@ async fn url_timeout_is_enforced() {
     let base = server.base_url();
     let settings = IngestionSettings {
         url_timeout_ms: 300,
-        ..url_settings()
+        ..url_settings_for(&server)
     };
     let started = std::time::Instant::now();
     let error = fetch(&url_ref(&format!("{base}/slow")), &settings)
@@ -951,4 +969,123 @@ async fn url_timeout_is_enforced() {
         "{error}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn url_sources_go_through_the_address_guard() {
+    let server = http::start().await;
+    let base = server.base_url();
+    let page = url_ref(&format!("{base}/page"));
+
+    // A real loopback server: refused by default, before any request reaches it.
+    let error = fetch(&page, &url_settings()).await.unwrap_err();
+    assert!(matches!(error, LoadError::AddressRefused { .. }), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains("loopback address") && message.contains("URL ingestion"),
+        "{message}"
+    );
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+
+    // Allowed only when that exact address is exempt (tests only).
+    let raw = fetch(&page, &url_settings_for(&server)).await.unwrap();
+    assert_eq!(raw.kind, SourceKind::Html);
+    assert_eq!(server.requests().len(), 1);
+
+    // Metadata, private, CGNAT, benchmarking, 6to4 and NAT64 targets are never connected to.
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.7/admin.txt",
+        "http://100.64.0.1/x.txt",
+        "http://198.18.0.1/x.txt",
+        "http://[2002:7f00:1::1]/x.txt",
+        "http://[64:ff9b::a9fe:a9fe]/x.txt",
+        "http://[::ffff:127.0.0.1]:1/x.txt",
+        "http://0x7f.1/x.txt",
+    ] {
+        let error = fetch(&url_ref(url), &url_settings_for(&server))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, LoadError::AddressRefused { .. }),
+            "{url}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_redirect_hop_is_checked() {
+    // The exempt server redirects to another loopback port: refused at that hop.
+    let other = http::start().await;
+    let target = format!("{}/page", other.base_url());
+    let server = orkeon_testkit::LoopbackServer::start(move |_, _| {
+        orkeon_testkit::Reply::empty(302).header("Location", target.clone())
+    })
+    .await
+    .expect("server");
+    let error = fetch(
+        &url_ref(&format!("{}/go", server.base_url())),
+        &url_settings_for(&server),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, LoadError::AddressRefused { .. }), "{error}");
+    assert!(
+        error.to_string().contains(&other.addr().to_string()),
+        "{error}"
+    );
+    assert!(other.requests().is_empty());
+}
+
+#[tokio::test]
+async fn url_credentials_never_reach_ids_metadata_or_errors() {
+    let server = http::start().await;
+    let with_credentials = server
+        .base_url()
+        .replace("http://", "http://reader:s3cret@");
+    let settings = url_settings_for(&server);
+    let (_dir, base, _) = corpus();
+
+    let url = format!("{with_credentials}/page");
+    let expansion = expand(&base, &[url.as_str()], &settings).unwrap();
+    let source = &expansion.sources[0];
+    assert_eq!(source.id, format!("{}/page", server.base_url()));
+    assert!(!format!("{source:?}").contains("s3cret"), "{source:?}");
+
+    // The fetch uses them (HTTP basic auth), nothing shows them.
+    let raw = fetch(source, &settings).await.unwrap();
+    let authorization = server.requests()[0]
+        .header("authorization")
+        .map(str::to_owned);
+    assert!(authorization.is_some_and(|a| a.starts_with("Basic ")));
+    let documents = parse(source, &raw, &LoadLimits::default()).unwrap();
+    assert_eq!(documents[0].source_id, source.id);
+    assert!(!documents[0].metadata["url"].contains("s3cret"));
+
+    for path in ["/missing", "/ftp", "/declared-big"] {
+        let pattern = format!("{with_credentials}{path}");
+        let failing = expand(&base, &[pattern.as_str()], &settings).unwrap();
+        let error = fetch(&failing.sources[0], &settings).await.unwrap_err();
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        assert!(!error.to_string().contains("reader"), "{error}");
+    }
+    let error = fetch(&url_ref(&url), &url_settings()).await.unwrap_err();
+    assert!(!error.to_string().contains("s3cret"), "{error}");
+}
+
+#[test]
+fn redact_userinfo_drops_only_the_credentials() {
+    for (url, shown) in [
+        (
+            "https://u:p@example.com/a?b=c@d",
+            "https://example.com/a?b=c@d",
+        ),
+        ("https://u@example.com", "https://example.com"),
+        ("http://a:b@c@host:8080/x", "http://host:8080/x"),
+        ("https://example.com/path@x", "https://example.com/path@x"),
+        ("https://example.com", "https://example.com"),
+        ("not a url", "not a url"),
+    ] {
+        assert_eq!(redact_userinfo(url), shown, "{url}");
+    }
 }

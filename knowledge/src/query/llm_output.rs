@@ -20,13 +20,16 @@ pub fn strip_code_fence(text: &str) -> &str {
 }
 
 /// The end (exclusive byte index) of the JSON value starting at `start` (`{` or `[`), found by
-/// bracket matching outside string literals.
-fn balanced_end(text: &str, start: usize) -> Option<usize> {
+/// bracket matching outside string literals. Scans at most `*budget` bytes (and takes them
+/// from it): on a text full of unclosed brackets every start scans to the end, which must not
+/// add up to quadratic work.
+fn balanced_end(text: &str, start: usize, budget: &mut usize) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
     for (i, &b) in bytes.iter().enumerate().skip(start) {
+        *budget = budget.checked_sub(1)?;
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -51,6 +54,9 @@ fn balanced_end(text: &str, start: usize) -> Option<usize> {
     None
 }
 
+/// Bytes [`extract_json`] may scan looking for a balanced value, per byte of the text.
+const SCAN_BUDGET_PER_BYTE: usize = 16;
+
 /// The first JSON object or array in `text`: the whole text, a fenced block, or the first
 /// balanced `{…}`/`[…]` that parses.
 pub fn extract_json(text: &str) -> Option<Value> {
@@ -62,9 +68,13 @@ pub fn extract_json(text: &str) -> Option<Value> {
             return Some(v);
         }
     }
+    let mut budget = text.len().saturating_mul(SCAN_BUDGET_PER_BYTE).max(1 << 16);
     for (start, c) in text.char_indices() {
+        if budget == 0 {
+            break;
+        }
         if (c == '{' || c == '[')
-            && let Some(end) = balanced_end(text, start)
+            && let Some(end) = balanced_end(text, start, &mut budget)
             && let Ok(v) = serde_json::from_str::<Value>(&text[start..end])
             && (v.is_object() || v.is_array())
         {
@@ -150,6 +160,9 @@ pub fn parse_variants(text: &str, original: &str, max: usize) -> Vec<String> {
     let mut seen = vec![original.trim().to_lowercase()];
     let mut out = Vec::new();
     for v in raw {
+        if out.len() >= max {
+            break; // also when `max` is 0
+        }
         let v = undecorate(&v).to_string();
         let key = v.to_lowercase();
         if v.is_empty() || seen.contains(&key) {
@@ -157,9 +170,6 @@ pub fn parse_variants(text: &str, original: &str, max: usize) -> Vec<String> {
         }
         seen.push(key);
         out.push(v);
-        if out.len() == max {
-            break;
-        }
     }
     out
 }

@@ -247,9 +247,13 @@ fn hidden_html_is_judged_by_what_it_hides() {
         let bytes = format!(
             "<html><head><title>Shop</title></head><body><p>Opening hours: 9 to 5.</p>{hidden}</body></html>"
         );
-        load::parse(&source, &raw(bytes.as_bytes(), SourceKind::Html))
-            .unwrap()
-            .remove(0)
+        load::parse(
+            &source,
+            &raw(bytes.as_bytes(), SourceKind::Html),
+            &crate::settings::LoadLimits::default(),
+        )
+        .unwrap()
+        .remove(0)
     };
     let validator = InjectionValidator::default();
 

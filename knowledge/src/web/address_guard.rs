@@ -1,4 +1,5 @@
-//! The SSRF guard of the web fallback: which network addresses the retriever may connect to.
+//! The SSRF guard of every outbound fetch whose URL comes from outside (the web fallback's
+//! result pages, URL sources of ingestion): which network addresses may be connected to.
 //!
 //! Every host is resolved *before* any connection and the request is then pinned to exactly
 //! the addresses that were checked (so a DNS answer cannot change between the check and the
@@ -6,15 +7,22 @@
 //!
 //! - IPv4: unspecified / "this network" (`0.0.0.0/8`), loopback (`127.0.0.0/8`), private
 //!   (`10/8`, `172.16/12`, `192.168/16`), shared carrier-grade NAT (`100.64/10`), link-local
-//!   (`169.254/16`), multicast (`224/4`), reserved (`240/4`) or broadcast;
+//!   (`169.254/16`, the cloud metadata address among them), IETF protocol assignments
+//!   (`192.0.0/24`), documentation (`192.0.2/24`, `198.51.100/24`, `203.0.113/24`),
+//!   benchmarking (`198.18/15`), the 6to4 relay anycast (`192.88.99/24`), multicast (`224/4`),
+//!   reserved (`240/4`) or broadcast;
 //! - IPv6: unspecified (`::`), loopback (`::1`), unique-local (`fc00::/7`), link-local
-//!   (`fe80::/10`), deprecated site-local (`fec0::/10`), multicast (`ff00::/8`), and any IPv4
-//!   address embedded as IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) or NAT64
-//!   (`64:ff9b::/96`) that the IPv4 rules refuse;
+//!   (`fe80::/10`), deprecated site-local (`fec0::/10`), multicast (`ff00::/8`),
+//!   documentation (`2001:db8::/32`), Teredo (`2001::/32`), local-use NAT64 (`64:ff9b:1::/48`),
+//!   and any IPv4 address embedded as IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible
+//!   (`::a.b.c.d`), NAT64 (`64:ff9b::/96`) or 6to4 (`2002:AABB:CCDD::/48`) that the IPv4 rules
+//!   refuse;
 //!
-//! unless that exact socket address (IP *and* port) is one the configured search endpoint
-//! itself resolves to — so a SearxNG running on the same machine or network works, while a
-//! page on another local port or another private host is never fetched.
+//! unless that exact socket address (IP *and* port) is exempt: for the web fallback, one the
+//! configured search endpoint itself resolves to — so a SearxNG running on the same machine or
+//! network works, while a page on another local port or another private host is never fetched;
+//! for ingestion, none (tests exempt their loopback server's address in code, never through
+//! configuration).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -22,6 +30,7 @@ use std::time::Duration;
 use reqwest::Url;
 
 use super::WebError;
+use crate::load::redact_userinfo;
 
 /// Why an address is not public, or `None` when it is.
 pub fn non_public_reason(ip: IpAddr) -> Option<&'static str> {
@@ -43,6 +52,17 @@ fn v4_reason(ip: Ipv4Addr) -> Option<&'static str> {
         Some("shared (carrier-grade NAT) address")
     } else if ip.is_link_local() {
         Some("link-local address")
+    } else if a == 198 && (b == 18 || b == 19) {
+        Some("benchmarking address")
+    } else if (a, b, ip.octets()[2]) == (192, 0, 0) {
+        Some("IETF protocol assignment address")
+    } else if matches!(
+        (a, b, ip.octets()[2]),
+        (192, 0, 2) | (198, 51, 100) | (203, 0, 113)
+    ) {
+        Some("documentation address")
+    } else if (a, b, ip.octets()[2]) == (192, 88, 99) {
+        Some("6to4 relay anycast address")
     } else if ip.is_multicast() {
         Some("multicast address")
     } else if ip.is_broadcast() {
@@ -73,6 +93,21 @@ fn v6_reason(ip: Ipv6Addr) -> Option<&'static str> {
         let v4 = Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
         return v4_reason(v4);
     }
+    // 6to4 (2002::/16) embeds the IPv4 address of its relay in the next 32 bits.
+    if segments[0] == 0x2002 {
+        let [_, hi, lo, ..] = segments;
+        let v4 = Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+        return v4_reason(v4).map(|_| "6to4 address embedding a non-public IPv4 address");
+    }
+    if segments[0] == 0x64 && segments[1] == 0xff9b && segments[2] == 1 {
+        return Some("local-use NAT64 address");
+    }
+    if segments[0] == 0x2001 && segments[1] == 0x0db8 {
+        return Some("documentation address");
+    }
+    if segments[0] == 0x2001 && segments[1] == 0 {
+        return Some("Teredo tunnelling address");
+    }
     match segments[0] {
         s if s & 0xfe00 == 0xfc00 => Some("unique-local (private) address"),
         s if s & 0xffc0 == 0xfe80 => Some("link-local address"),
@@ -89,11 +124,17 @@ pub enum UrlHost {
     Domain(String),
 }
 
-/// Checks URLs against the address rules, with the search endpoint's own addresses exempt.
+/// Checks URLs against the address rules, with exact socket addresses exempt (the search
+/// endpoint's own addresses for the web fallback; none for ingestion).
 #[derive(Debug, Clone)]
 pub struct AddressGuard {
-    endpoint: Url,
+    /// Whose addresses are exempt, resolved when first needed.
+    endpoint: Option<Url>,
+    /// Socket addresses exempt as given.
+    exempt: Vec<SocketAddr>,
     resolve_timeout: Duration,
+    /// Who is refused, for the message ("the web fallback", "URL ingestion").
+    purpose: &'static str,
 }
 
 /// A URL whose addresses passed the guard: connect to these and nothing else.
@@ -135,9 +176,28 @@ impl AddressGuard {
     /// A guard exempting the addresses of `endpoint` (the configured search endpoint).
     pub fn new(endpoint: Url, resolve_timeout: Duration) -> Self {
         Self {
-            endpoint,
+            endpoint: Some(endpoint),
+            exempt: Vec::new(),
             resolve_timeout,
+            purpose: "the web fallback",
         }
+    }
+
+    /// A guard exempting nothing: public addresses only. `purpose` names the caller in
+    /// refusals ("URL ingestion").
+    pub fn public_only(resolve_timeout: Duration, purpose: &'static str) -> Self {
+        Self {
+            endpoint: None,
+            exempt: Vec::new(),
+            resolve_timeout,
+            purpose,
+        }
+    }
+
+    /// Exempts these exact socket addresses (IP and port) too.
+    pub fn with_exempt(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.exempt.extend(addrs);
+        self
     }
 
     async fn resolve(&self, url: &Url) -> Result<CheckedTarget, WebError> {
@@ -183,21 +243,33 @@ impl AddressGuard {
             let Some(reason) = non_public_reason(addr.ip()) else {
                 continue;
             };
+            if self.exempt.contains(addr) {
+                continue;
+            }
             if exempt.is_none() {
                 // Resolved only when needed: most URLs are public.
-                exempt = Some(match self.resolve(&self.endpoint).await {
-                    Ok(endpoint) => endpoint.addrs,
-                    Err(_) => Vec::new(),
+                exempt = Some(match &self.endpoint {
+                    Some(endpoint) => match self.resolve(endpoint).await {
+                        Ok(endpoint) => endpoint.addrs,
+                        Err(_) => Vec::new(),
+                    },
+                    None => Vec::new(),
                 });
             }
             if exempt.as_ref().is_some_and(|e| e.contains(addr)) {
                 continue;
             }
-            tracing::warn!(url = %url, address = %addr, reason, "web fallback refused a non-public address");
+            let shown = redact_userinfo(url.as_str());
+            tracing::warn!(url = %shown, address = %addr, reason, purpose = self.purpose, "refused a non-public address");
+            let only = match self.endpoint {
+                Some(_) => "public addresses (or to the configured search endpoint itself)",
+                None => "public addresses",
+            };
             return Err(WebError::Refused {
-                url: url.to_string(),
+                url: shown,
                 reason: format!(
-                    "{addr} is a {reason}; the web fallback only connects to public addresses (or to the configured search endpoint itself)"
+                    "{addr} is a {reason}; {} only connects to {only}",
+                    self.purpose
                 ),
             });
         }
@@ -243,6 +315,21 @@ mod tests {
             "::ffff:169.254.169.254",
             "::127.0.0.1",
             "64:ff9b::a00:1",
+            "198.18.0.1",
+            "198.19.255.254",
+            "192.0.0.8",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "192.88.99.1",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::1",
+            "2002:c612:1::",
+            "64:ff9b:1::a00:1",
+            "2001:db8::1",
+            "2001:0:4136:e378::1",
+            "::ffff:198.18.0.1",
+            "::ffff:100.64.0.1",
         ] {
             assert!(refused(ip), "{ip} should be refused");
         }
@@ -255,6 +342,8 @@ mod tests {
             "2606:4700::1111",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
+            "198.20.0.1",
+            "2002:808:808::1",
         ] {
             assert!(!refused(ip), "{ip} should be allowed");
         }
@@ -309,5 +398,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(public.addrs.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_public_only_guard_exempts_exactly_the_given_socket_addresses() {
+        let guard = AddressGuard::public_only(Duration::from_secs(2), "URL ingestion");
+        let err = guard
+            .check(&Url::parse("http://user:secret@127.0.0.1:8888/x").unwrap())
+            .await
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("URL ingestion only connects to public addresses"),
+            "{message}"
+        );
+        assert!(!message.contains("secret"), "{message}");
+        let guard = guard.with_exempt(["127.0.0.1:8888".parse().unwrap()]);
+        guard
+            .check(&Url::parse("http://127.0.0.1:8888/x").unwrap())
+            .await
+            .unwrap();
+        for url in ["http://127.0.0.1:8889/x", "http://[::1]:8888/x"] {
+            let err = guard.check(&Url::parse(url).unwrap()).await.unwrap_err();
+            assert!(matches!(err, WebError::Refused { .. }), "{url}: {err}");
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Guarded HTTP GETs for the web fallback: every hop (the first request and each redirect) is
+//! Guarded HTTP GETs for the web fallback and for URL sources of ingestion: every hop (the first request and each redirect) is
 //! checked by the [`AddressGuard`] and pinned to the addresses that were checked; redirects are
 //! followed by hand, at most `max_redirects`, and only to http(s); the body is bounded while
 //! streaming (a `Content-Length` is not trusted alone); one timeout covers each hop. System
@@ -12,6 +12,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 
 use super::WebError;
 use super::address_guard::{AddressGuard, UrlHost};
+use crate::load::redact_userinfo;
 
 /// Limits of one guarded GET.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub struct FetchLimits {
     pub timeout: Duration,
     pub max_bytes: usize,
     pub max_redirects: usize,
+    /// The `User-Agent` sent.
+    pub user_agent: &'static str,
 }
 
 /// A successful GET.
@@ -42,11 +45,7 @@ fn client_for(
         .no_proxy()
         .timeout(limits.timeout)
         .connect_timeout(limits.timeout)
-        .user_agent(concat!(
-            "orkeon/",
-            env!("CARGO_PKG_VERSION"),
-            " (web fallback)"
-        ));
+        .user_agent(limits.user_agent);
     if let UrlHost::Domain(domain) = host {
         // Pin the connection to the checked addresses: no second DNS answer is consulted.
         builder = builder.resolve_to_addrs(domain, addrs);
@@ -58,17 +57,23 @@ fn client_for(
 }
 
 fn request_error(url: &Url, limits: FetchLimits, error: reqwest::Error) -> WebError {
+    let url = redact_userinfo(url.as_str());
     if error.is_timeout() {
-        WebError::Timeout {
-            url: url.to_string(),
+        return WebError::Timeout {
+            url,
             timeout_ms: limits.timeout.as_millis() as u64,
-        }
-    } else {
-        WebError::Download {
-            url: url.to_string(),
-            reason: error.to_string(),
-        }
+        };
     }
+    // The whole chain (hyper's and the OS's reasons), credentials left out.
+    let error = error.without_url();
+    let mut reason = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(inner) = source {
+        reason.push_str(": ");
+        reason.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    WebError::Download { url, reason }
 }
 
 /// GETs `url` through the guard. `headers` are sent to the first hop only (an API key must
@@ -98,36 +103,45 @@ pub async fn guarded_get(
                 .headers()
                 .get(reqwest::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
-                .ok_or_else(|| WebError::Download {
-                    url: current.to_string(),
+                .ok_or_else(|| WebError::Redirect {
+                    url: redact_userinfo(current.as_str()),
                     reason: format!(
                         "redirect {} without a usable Location header",
                         status.as_u16()
                     ),
                 })?;
-            let next = current.join(location).map_err(|e| WebError::Download {
-                url: current.to_string(),
+            let next = current.join(location).map_err(|e| WebError::Redirect {
+                url: redact_userinfo(current.as_str()),
                 reason: format!("redirect to an invalid URL {location:?}: {e}"),
             })?;
             redirects += 1;
             if redirects > limits.max_redirects {
-                return Err(WebError::Download {
-                    url: current.to_string(),
+                return Err(WebError::Redirect {
+                    url: redact_userinfo(current.as_str()),
                     reason: format!("more than {} redirects", limits.max_redirects),
                 });
             }
-            tracing::debug!(from = %current, to = %next, "web fallback follows a redirect");
+            if !matches!(next.scheme(), "http" | "https") {
+                return Err(WebError::Redirect {
+                    url: redact_userinfo(current.as_str()),
+                    reason: format!(
+                        "it leads to the non-http(s) URL {}",
+                        redact_userinfo(next.as_str())
+                    ),
+                });
+            }
+            tracing::debug!(from = %redact_userinfo(current.as_str()), to = %redact_userinfo(next.as_str()), "guarded fetch follows a redirect");
             current = next;
             continue;
         }
         if !status.is_success() {
             return Err(WebError::Status {
-                url: current.to_string(),
+                url: redact_userinfo(current.as_str()),
                 status: status.as_u16(),
             });
         }
         let too_large = |size: u64| WebError::TooLarge {
-            url: current.to_string(),
+            url: redact_userinfo(current.as_str()),
             size,
             limit: limits.max_bytes,
         };

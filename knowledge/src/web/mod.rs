@@ -41,6 +41,8 @@ pub enum WebError {
     Refused { url: String, reason: String },
     #[error("fetching {url} failed: {reason}")]
     Download { url: String, reason: String },
+    #[error("fetching {url}: redirect refused: {reason}")]
+    Redirect { url: String, reason: String },
     #[error("{url} answered HTTP {status}")]
     Status { url: String, status: u16 },
     #[error("{url} did not answer within {timeout_ms} ms (rag.web_fallback.timeout_ms)")]

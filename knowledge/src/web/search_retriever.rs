@@ -159,6 +159,7 @@ impl WebSearchRetriever {
             timeout: self.config.timeout,
             max_bytes: self.config.max_page_bytes,
             max_redirects: self.config.max_redirects,
+            user_agent: concat!("orkeon/", env!("CARGO_PKG_VERSION"), " (web fallback)"),
         }
     }
 
@@ -230,7 +231,10 @@ impl WebSearchRetriever {
             kind,
             content_type: fetched.content_type,
         };
-        let parsed = tokio::task::spawn_blocking(move || load::parse(&source, &raw)).await;
+        let parsed = tokio::task::spawn_blocking(move || {
+            load::parse(&source, &raw, &crate::settings::LoadLimits::default())
+        })
+        .await;
         let documents = match parsed {
             Ok(Ok(documents)) => documents,
             Ok(Err(e)) => return (None, report(PageOutcome::Failed, Some(e.to_string()))),

@@ -46,6 +46,8 @@ pub fn parse_results(url: &Url, body: &[u8]) -> Result<Vec<SearchResult>, WebErr
             reason: "no `results` array".into(),
         })?;
     let mut out: Vec<SearchResult> = Vec::new();
+    // Seen URLs in a set: a long answer of distinct results must not make this quadratic.
+    let mut seen = std::collections::HashSet::new();
     for item in results {
         let Some(raw) = item.get("url").and_then(Value::as_str) else {
             continue;
@@ -53,7 +55,7 @@ pub fn parse_results(url: &Url, body: &[u8]) -> Result<Vec<SearchResult>, WebErr
         let Ok(parsed) = Url::parse(raw) else {
             continue;
         };
-        if !matches!(parsed.scheme(), "http" | "https") || out.iter().any(|r| r.url == parsed) {
+        if !matches!(parsed.scheme(), "http" | "https") || !seen.insert(parsed.clone()) {
             continue;
         }
         let text = |key: &str| {

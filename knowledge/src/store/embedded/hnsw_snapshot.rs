@@ -1,26 +1,52 @@
 //! An HNSW graph (instant-distance) over a collection's vectors as of one generation, and its
 //! persisted form `vectors.bin`.
 //!
-//! File format: the magic `ORKHNSW2`, then postcard-encoded [`SnapshotHeader`], the graph's
-//! [`Calibration`] and the `HnswMap` (points are unit vectors, values chunk ids). Written to a
-//! temporary file, synced and renamed into place, so a crash leaves either the old file or the
-//! new one. Files of the first format (`ORKHNSW1`, no calibration) are refused and rebuilt.
+//! File format: the magic `ORKHNSW3`, the SHA-256 of the rest, then postcard-encoded
+//! [`SnapshotHeader`], the graph's [`Calibration`] and the `HnswMap` (points are unit vectors,
+//! values chunk ids). Written to a temporary file, synced and renamed into place, so a crash
+//! leaves either the old file or the new one. The checksum is verified before decoding: a
+//! damaged graph can decode and then index out of bounds when searched (found by fuzzing), so
+//! damage must be caught first. Files of older formats (`ORKHNSW1` without calibration,
+//! `ORKHNSW2` without checksum) are refused and rebuilt.
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::Arc;
 
 use instant_distance::{Builder, HnswMap, Point, Search};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::hnsw_calibration::{Calibration, calibrate};
 use super::index_stamp::IndexStamp;
 use crate::store::exact_vectors::dot;
 
-const MAGIC: &[u8; 8] = b"ORKHNSW2";
-const OLDER_MAGIC: &[u8; 8] = b"ORKHNSW1";
+const MAGIC: &[u8; 8] = b"ORKHNSW3";
+const OLDER_MAGICS: [&[u8; 8]; 2] = [b"ORKHNSW1", b"ORKHNSW2"];
+#[cfg(test)]
+const OLDER_MAGIC: &[u8; 8] = OLDER_MAGICS[1];
+/// Bytes of the checksum after the magic.
+const CHECKSUM_LEN: usize = 32;
+
+/// Forwards writes to `inner` and hashes them.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.hasher.update(&buf[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
 
 /// A normalised vector as an HNSW point: distance is `1 - cosine`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -129,11 +155,23 @@ impl HnswSnapshot {
             let file = File::create(&temporary).map_err(|e| e.to_string())?;
             let mut out = BufWriter::new(file);
             out.write_all(MAGIC).map_err(|e| e.to_string())?;
+            out.write_all(&[0; CHECKSUM_LEN])
+                .map_err(|e| e.to_string())?;
+            let out = HashingWriter {
+                inner: out,
+                hasher: Sha256::new(),
+            };
             let out = postcard::to_io(&self.header, out).map_err(|e| e.to_string())?;
             let out = postcard::to_io(&self.calibration, out).map_err(|e| e.to_string())?;
             let mut out = postcard::to_io(&self.map, out).map_err(|e| e.to_string())?;
             out.flush().map_err(|e| e.to_string())?;
-            out.get_ref().sync_all().map_err(|e| e.to_string())
+            let HashingWriter { inner, hasher } = out;
+            let mut file = inner.into_inner().map_err(|e| e.to_string())?;
+            file.seek(SeekFrom::Start(MAGIC.len() as u64))
+                .map_err(|e| e.to_string())?;
+            file.write_all(&hasher.finalize())
+                .map_err(|e| e.to_string())?;
+            file.sync_all().map_err(|e| e.to_string())
         };
         write().map_err(|e| format!("writing {}: {e}", temporary.display()))?;
         std::fs::rename(&temporary, path).map_err(|e| {
@@ -152,15 +190,24 @@ impl HnswSnapshot {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         };
-        if bytes.starts_with(OLDER_MAGIC) {
+        if OLDER_MAGICS.iter().any(|magic| bytes.starts_with(*magic)) {
             return Err(format!(
-                "{} is an HNSW snapshot of an older format (without a measured recall)",
+                "{} is an HNSW snapshot of an older format (without a measured recall or a checksum)",
                 path.display()
             ));
         }
-        let body = bytes
+        let checked = bytes
             .strip_prefix(MAGIC.as_slice())
             .ok_or_else(|| format!("{} is not an Orkeon HNSW snapshot", path.display()))?;
+        if checked.len() < CHECKSUM_LEN
+            || Sha256::digest(&checked[CHECKSUM_LEN..]).as_slice() != &checked[..CHECKSUM_LEN]
+        {
+            return Err(format!(
+                "decoding {}: its checksum does not match (the file is damaged)",
+                path.display()
+            ));
+        }
+        let body = &checked[CHECKSUM_LEN..];
         let (header, rest): (SnapshotHeader, _) = postcard::take_from_bytes(body)
             .map_err(|e| format!("decoding the header of {}: {e}", path.display()))?;
         let (calibration, rest): (Calibration, _) = postcard::take_from_bytes(rest)

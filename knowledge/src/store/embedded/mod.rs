@@ -29,6 +29,8 @@ mod bm25;
 mod collection_tree;
 #[cfg(test)]
 mod crash_tests;
+#[cfg(test)]
+mod fuzz_tests;
 mod hnsw_calibration;
 mod hnsw_snapshot;
 mod index_stamp;
