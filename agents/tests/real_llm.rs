@@ -21,7 +21,7 @@ use orkeon_agents::prompts::PromptTemplates;
 use orkeon_agents::tools::tool_specs;
 use orkeon_crews::ports::{
     AgentProfile, ChatMessage, ChatModel, ChatRequest, KnowledgeAttachment, KnowledgeBlock, Role,
-    TaskAssignment,
+    TaskAssignment, ToolCall,
 };
 use serde_json::Value;
 
@@ -112,36 +112,50 @@ async fn an_offered_rag_search_tool_round_trips() {
         .chat(request.clone())
         .await
         .expect("the server answers");
-    if response.tool_calls.is_empty() {
-        println!(
-            "outcome: answered in text without calling the tool: {:?}",
-            response.content
-        );
-        assert!(!response.content.trim().is_empty());
-        return;
-    }
-    let call = &response.tool_calls[0];
-    println!(
-        "outcome: called {} with arguments {} (content beside it: {:?})",
-        call.name, call.arguments, response.content
-    );
-    assert_eq!(call.name, "rag_search", "only rag_search was offered");
-    assert!(!call.id.is_empty());
-    match serde_json::from_str::<Value>(&call.arguments) {
-        Ok(args) => {
-            println!("the arguments parse; query = {}", args["query"]);
-            assert!(args.is_object(), "{args}");
+    // The call to answer: the model's own, or (when it answered in text) one made here, so the
+    // server still has to accept a conversation with a tool call and its result.
+    let call = match response.tool_calls.first() {
+        None => {
+            println!(
+                "outcome: answered in text without calling the tool: {:?}",
+                response.content
+            );
+            assert!(!response.content.trim().is_empty());
+            ToolCall {
+                id: "call_orkeon_1".into(),
+                name: "rag_search".into(),
+                arguments: r#"{"query": "Pebble S warranty"}"#.into(),
+            }
         }
-        // Passed on verbatim by definition; the tool would tell the model to send JSON.
-        Err(e) => println!("the arguments do not parse ({e}); passed on verbatim"),
-    }
+        Some(call) => {
+            println!(
+                "outcome: called {} with arguments {} (content beside it: {:?})",
+                call.name, call.arguments, response.content
+            );
+            assert_eq!(call.name, "rag_search", "only rag_search was offered");
+            assert!(!call.id.is_empty());
+            match serde_json::from_str::<Value>(&call.arguments) {
+                Ok(args) => {
+                    println!("the arguments parse; query = {}", args["query"]);
+                    assert!(args.is_object(), "{args}");
+                }
+                // Passed on verbatim by definition; the tool tells the model to send JSON.
+                Err(e) => println!("the arguments do not parse ({e}); passed on verbatim"),
+            }
+            call.clone()
+        }
+    };
 
-    // Round trip: the tool's answer goes back, the model answers.
+    // Round trip: the assistant's tool call and the tool's answer go back; the model answers.
     request.messages.push(ChatMessage {
         role: Role::Assistant,
-        content: response.content.clone(),
+        content: if response.tool_calls.is_empty() {
+            String::new()
+        } else {
+            response.content.clone()
+        },
         tool_call_id: None,
-        tool_calls: response.tool_calls.clone(),
+        tool_calls: vec![call.clone()],
     });
     request.messages.push(ChatMessage {
         role: Role::Tool,
@@ -151,13 +165,16 @@ async fn an_offered_rag_search_tool_round_trips() {
         tool_call_id: Some(call.id.clone()),
         tool_calls: Vec::new(),
     });
-    request.tools.clear();
     let answer = chat
         .chat(request)
         .await
         .expect("the server answers the tool result");
-    println!("answer after the tool result: {:?}", answer.content);
-    assert!(!answer.content.trim().is_empty());
+    println!(
+        "answer after the tool result: {:?} (tool calls: {})",
+        answer.content,
+        answer.tool_calls.len()
+    );
+    assert!(!answer.content.trim().is_empty() || !answer.tool_calls.is_empty());
 }
 
 #[tokio::test]
@@ -234,21 +251,38 @@ fn agent_prompt() -> Vec<ChatMessage> {
         .expect("the prompt renders")
 }
 
-/// Prints the throughput of an agent-sized prompt: the server's own `timings` (llama-server
-/// reports prompt and generation tokens/s) from a raw request, then the provider's usage and
-/// wall time for the same prompt. A measurement, not a speed assertion.
+/// Prints the throughput of an agent-sized prompt: the provider's usage and wall time, then the
+/// server's own `timings` (llama-server reports prompt and generation tokens/s) from a raw
+/// request of the same prompt with the prompt cache off. A measurement, not a speed assertion.
 #[tokio::test]
 async fn an_agent_sized_prompt_reports_its_throughput() {
     let Some((url, name)) = server("an_agent_sized_prompt_reports_its_throughput") else {
         return;
     };
     let messages = agent_prompt();
+    let chat = model(&url, &name);
+    let started = Instant::now();
+    let response = chat
+        .chat(ChatRequest::new(messages.clone()))
+        .await
+        .expect("the provider answers the agent prompt");
+    let wall = started.elapsed().as_secs_f64();
+    println!(
+        "provider: {} prompt + {} completion tokens in {wall:.2} s wall ({:.1} tokens/s overall)",
+        response.usage.prompt_tokens,
+        response.usage.completion_tokens,
+        f64::from(response.usage.prompt_tokens + response.usage.completion_tokens) / wall
+    );
+    println!("provider answer: {:?}", response.content);
+    assert!(response.usage.prompt_tokens > 500, "an agent-sized prompt");
+    assert!(!response.content.trim().is_empty());
+
     let body = serde_json::json!({
         "model": name,
         "messages": messages,
         "temperature": 0.0,
         "max_tokens": 160,
-        // A fresh prompt evaluation, not the server's prompt cache from an earlier test.
+        // Evaluate the whole prompt again instead of reusing the call above.
         "cache_prompt": false,
     });
     let raw: Value = reqwest::Client::new()
@@ -276,21 +310,4 @@ async fn an_agent_sized_prompt_reports_its_throughput() {
         "finish_reason: {}; answer: {}",
         raw["choices"][0]["finish_reason"], raw["choices"][0]["message"]["content"]
     );
-
-    let chat = model(&url, &name);
-    let started = Instant::now();
-    let response = chat
-        .chat(ChatRequest::new(messages))
-        .await
-        .expect("the provider answers the agent prompt");
-    let wall = started.elapsed().as_secs_f64();
-    println!(
-        "provider: {} prompt + {} completion tokens in {wall:.2} s wall ({:.1} tokens/s overall)",
-        response.usage.prompt_tokens,
-        response.usage.completion_tokens,
-        f64::from(response.usage.prompt_tokens + response.usage.completion_tokens) / wall
-    );
-    println!("provider answer: {:?}", response.content);
-    assert!(response.usage.prompt_tokens > 500, "an agent-sized prompt");
-    assert!(!response.content.trim().is_empty());
 }
