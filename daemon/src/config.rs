@@ -15,8 +15,15 @@ use serde_saphyr::figment::Yaml;
 /// The default configuration file, relative to the current directory.
 pub const DEFAULT_CONFIG_FILE: &str = "config/orkeon.yaml";
 
-/// Environment variables with the `ORKEON_` prefix that are not configuration keys.
-const NON_CONFIG_VARS: &[&str] = &["MODELS_DIR", "SERVER", "TOKEN"];
+/// Environment variables with the `ORKEON_` prefix that are not configuration keys (the last two
+/// select the opt-in real-LLM test suite, README "Use a local LLM").
+const NON_CONFIG_VARS: &[&str] = &[
+    "MODELS_DIR",
+    "SERVER",
+    "TOKEN",
+    "TEST_LLM_URL",
+    "TEST_LLM_MODEL",
+];
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,8 @@
 //!   answers per handler, bounded head and body sizes, stops on drop), with [`Recorded`] and
 //!   [`Reply`]; every HTTP double below is a handler on it.
 //! - [`openai`]: [`ScriptedLlmServer`], a scripted OpenAI-compatible chat-completions server
-//!   (rules, tool calls, streaming, error statuses), and [`OpenAiCompatibleChat`], a minimal
+//!   (rules, tool calls, streaming, error statuses, `Retry-After`, malformed and truncated
+//!   answers, slow replies), and [`OpenAiCompatibleChat`], a minimal
 //!   `ChatModel` client of it.
 //! - [`searxng`]: [`FakeWeb`], a fake SearxNG with its pages and a private service for SSRF
 //!   tests.

@@ -7,7 +7,10 @@
 //! `when_contains` occurs in the last user message, else in any message, else the queue of
 //! default replies (rules without `when_contains`), else a 500. It serves
 //! `POST /v1/chat/completions` and `POST /chat/completions`, plain or streamed (SSE), and
-//! records every request body.
+//! records every request body. Besides well-formed text and tool-call answers it plays what real
+//! servers also send ([`ScriptReply::Message`]: `null` or empty content, content beside tool
+//! calls, malformed tool arguments, `finish_reason: length`; [`ScriptReply::Error`]: 429 with or
+//! without `Retry-After`, 5xx; [`ScriptReply::Delayed`]: a slow or silent server).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -72,6 +75,35 @@ pub enum ScriptReply {
     ToolCall { name: String, arguments: Value },
     /// An HTTP error with this status (`429` carries `Retry-After: 0`).
     Status(u16),
+    /// An assistant message shaped as a real server may send it: `content` (`None`: JSON
+    /// `null`), tool calls as `(name, arguments)` with the arguments string sent verbatim
+    /// (malformed JSON included), and any `finish_reason` (`stop`, `length`, `tool_calls`).
+    Message {
+        content: Option<String>,
+        tool_calls: Vec<(String, String)>,
+        finish_reason: String,
+    },
+    /// An HTTP error with this status and, when `retry_after` is set, that `Retry-After`
+    /// header (no header at all otherwise).
+    Error {
+        status: u16,
+        retry_after: Option<String>,
+    },
+    /// `reply`, held back for `delay` after the request was read (a slow or silent server).
+    Delayed {
+        delay: std::time::Duration,
+        reply: Box<ScriptReply>,
+    },
+}
+
+impl ScriptReply {
+    /// `self`, held back for `delay` (see [`ScriptReply::Delayed`]).
+    pub fn after(self, delay: std::time::Duration) -> Self {
+        Self::Delayed {
+            delay,
+            reply: Box::new(self),
+        }
+    }
 }
 
 /// The running server; stops when dropped.
@@ -152,6 +184,10 @@ fn answer(
         .iter()
         .map(|t| t.split_whitespace().count())
         .sum::<usize>();
+    reply_for(reply, stream, id, prompt_tokens)
+}
+
+fn reply_for(reply: ScriptReply, stream: bool, id: u64, prompt_tokens: usize) -> Reply {
     match reply {
         ScriptReply::Status(status) => {
             let reply = scripted_error(status, &format!("scripted failure with status {status}"));
@@ -160,6 +196,19 @@ fn answer(
             } else {
                 reply
             }
+        }
+        ScriptReply::Error {
+            status,
+            retry_after,
+        } => {
+            let reply = scripted_error(status, &format!("scripted failure with status {status}"));
+            match retry_after {
+                Some(wait) => reply.header("Retry-After", wait),
+                None => reply,
+            }
+        }
+        ScriptReply::Delayed { delay, reply } => {
+            reply_for(*reply, stream, id, prompt_tokens).after(delay)
         }
         reply if stream => stream_response(&reply, id),
         reply => completion_response(&reply, id, prompt_tokens),
@@ -222,11 +271,26 @@ fn last_user_text(request: &Value) -> Option<String> {
 }
 
 fn tool_call_json(id: u64, name: &str, arguments: &Value) -> Value {
+    raw_tool_call_json(&format!("call_scripted_{id}"), name, &arguments.to_string())
+}
+
+fn raw_tool_call_json(call_id: &str, name: &str, arguments: &str) -> Value {
     json!({
-        "id": format!("call_scripted_{id}"),
+        "id": call_id,
         "type": "function",
-        "function": {"name": name, "arguments": arguments.to_string()}
+        "function": {"name": name, "arguments": arguments}
     })
+}
+
+/// The tool calls of a [`ScriptReply::Message`], with ids `call_scripted_<id>_<index>`.
+fn message_tool_calls(id: u64, tool_calls: &[(String, String)]) -> Vec<Value> {
+    tool_calls
+        .iter()
+        .enumerate()
+        .map(|(index, (name, arguments))| {
+            raw_tool_call_json(&format!("call_scripted_{id}_{index}"), name, arguments)
+        })
+        .collect()
 }
 
 fn unix_time() -> u64 {
@@ -248,7 +312,27 @@ fn completion_response(reply: &ScriptReply, id: u64, prompt_tokens: usize) -> Re
             "tool_calls",
             1,
         ),
-        ScriptReply::Status(status) => return scripted_error(*status, "scripted status"),
+        ScriptReply::Message {
+            content,
+            tool_calls,
+            finish_reason,
+        } => {
+            let mut message = json!({"role": "assistant", "content": content});
+            if !tool_calls.is_empty() {
+                message["tool_calls"] = Value::Array(message_tool_calls(id, tool_calls));
+            }
+            let tokens = content
+                .as_deref()
+                .map_or(0, |c| c.split_whitespace().count())
+                + tool_calls.len();
+            (message, finish_reason.as_str(), tokens)
+        }
+        ScriptReply::Status(status) | ScriptReply::Error { status, .. } => {
+            return scripted_error(*status, "scripted status");
+        }
+        ScriptReply::Delayed { reply, .. } => {
+            return completion_response(reply, id, prompt_tokens);
+        }
     };
     Reply::json(
         200,
@@ -293,7 +377,24 @@ fn stream_response(reply: &ScriptReply, id: u64) -> Reply {
             events.push(chunk(json!({"tool_calls": [call]}), None));
             "tool_calls"
         }
-        ScriptReply::Status(status) => return scripted_error(*status, "scripted status"),
+        ScriptReply::Message {
+            content,
+            tool_calls,
+            finish_reason,
+        } => {
+            for piece in content.as_deref().unwrap_or_default().split_inclusive(' ') {
+                events.push(chunk(json!({"content": piece}), None));
+            }
+            for (index, mut call) in message_tool_calls(id, tool_calls).into_iter().enumerate() {
+                call["index"] = json!(index);
+                events.push(chunk(json!({"tool_calls": [call]}), None));
+            }
+            finish_reason.as_str()
+        }
+        ScriptReply::Status(status) | ScriptReply::Error { status, .. } => {
+            return scripted_error(*status, "scripted status");
+        }
+        ScriptReply::Delayed { reply, .. } => return stream_response(reply, id),
     };
     events.push(chunk(json!({}), Some(finish)));
     let mut body = String::new();
@@ -478,6 +579,65 @@ mod tests {
         stream.read_to_string(&mut response).await.unwrap();
         assert!(response.starts_with("HTTP/1.1 500"), "{response}");
         assert!(response.contains("no scripted reply matches"), "{response}");
+    }
+
+    async fn post(server: &ScriptedLlmServer, stream: bool) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/chat/completions", server.base_url()))
+            .json(&json!({"model": "m", "stream": stream,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn messages_carry_null_content_raw_tool_arguments_and_the_finish_reason() {
+        let message = ScriptReply::Message {
+            content: None,
+            tool_calls: vec![("rag_search".into(), "{\"query\": \"refu".into())],
+            finish_reason: "length".into(),
+        };
+        let server = ScriptedLlmServer::start(vec![
+            ScriptRule::once(message.clone()),
+            ScriptRule::once(message),
+        ])
+        .await
+        .unwrap();
+        let value: Value = post(&server, false).await.json().await.unwrap();
+        let choice = &value["choices"][0];
+        assert_eq!(choice["finish_reason"], "length");
+        assert!(choice["message"]["content"].is_null());
+        let call = &choice["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "rag_search");
+        assert_eq!(call["function"]["arguments"], "{\"query\": \"refu");
+
+        let text = post(&server, true).await.text().await.unwrap();
+        assert!(text.contains("\"finish_reason\":\"length\""), "{text}");
+        assert!(text.contains("refu"), "{text}");
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn errors_send_retry_after_only_when_scripted() {
+        let server = ScriptedLlmServer::start(vec![
+            ScriptRule::once(ScriptReply::Error {
+                status: 429,
+                retry_after: None,
+            }),
+            ScriptRule::once(ScriptReply::Error {
+                status: 503,
+                retry_after: Some("2".into()),
+            }),
+        ])
+        .await
+        .unwrap();
+        let first = post(&server, false).await;
+        assert_eq!(first.status().as_u16(), 429);
+        assert!(first.headers().get("retry-after").is_none());
+        let second = post(&server, false).await;
+        assert_eq!(second.status().as_u16(), 503);
+        assert_eq!(second.headers()["retry-after"], "2");
     }
 
     #[tokio::test]
