@@ -320,7 +320,7 @@ impl CrewEngine {
         tracing::info!(run_id = %run_id, crew = %spec.name, "run started");
 
         // 1. Knowledge.
-        let requests = spec.collection_requests();
+        let requests = self.registry.collection_requests(&spec);
         let mut degraded: Vec<String> = Vec::new();
         if !requests.is_empty() {
             match self.knowledge.bootstrap(requests).await {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use orkeon_crews::ports::{CollectionRequest, KnowledgeService};
-use orkeon_crews::spec::{CrewSpec, SettingsChecks, parse_crew_file_checked};
+use orkeon_crews::spec::{SettingsChecks, parse_crew_file_checked};
 use tokio::sync::mpsc;
 
 use crate::engine::CrewEngine;
@@ -123,7 +123,7 @@ fn load(
         Change::Added(name) | Change::Updated(name) => {
             tracing::info!(crew = %name, file = %path.display(), "crew loaded");
             if let Some(spec) = spec {
-                sources.register_crew(&spec);
+                sources.register_crew(&spec.name, engine.registry.collection_requests(&spec));
                 if spec.kickoff.on_load {
                     match engine.kickoff(&name, BTreeMap::new(), None) {
                         Ok(run) => {
@@ -182,14 +182,16 @@ impl SourceWatcher {
     }
 
     /// Watches the sources of a crew's collections.
-    pub fn register_crew(&self, spec: &CrewSpec) {
-        for request in spec.collection_requests() {
+    /// Watches the sources of `requests` (the crew's collections as the registry resolves them,
+    /// shared ones with every sharing crew's sources) and re-ingests them on change.
+    pub fn register_crew(&self, crew: &str, requests: Vec<CollectionRequest>) {
+        for request in requests {
             let name = request.name.clone();
             let dirs: Vec<PathBuf> = request
                 .sources
                 .iter()
                 .filter(|s| !s.starts_with("http://") && !s.starts_with("https://"))
-                .map(|s| static_dir(&spec.base_dir, s))
+                .map(|s| static_dir(&request.base_dir, s))
                 .collect();
             for dir in &dirs {
                 self.watch_dir(dir);
@@ -202,7 +204,7 @@ impl SourceWatcher {
             });
             entry.request = request;
             entry.dirs = dirs;
-            entry.crews.insert(spec.name.clone());
+            entry.crews.insert(crew.to_string());
         }
     }
 

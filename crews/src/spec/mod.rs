@@ -17,6 +17,8 @@
 //!       sources: [kb/faq.md, "kb/**/*.md"]   # relative to the crew file
 //!       chunking: { strategy: recursive, max_tokens: 256, overlap: 32 }   # optional map
 //!       profile: fast                        # optional: overrides the crew's for this one
+//!       shared: false                        # optional: true lets other crews declare this
+//!                                            # collection too (its sources: the union)
 //! agents:                  # at least one; file order is kept
 //!   support:
 //!     role: Support agent
@@ -207,6 +209,9 @@ pub struct CollectionSpec {
     pub chunking: Option<serde_json::Value>,
     /// This collection's retrieval profile; `None`: the crew's.
     pub profile: Option<String>,
+    /// Other crews may declare the same collection with other sources (all of them must say
+    /// `shared: true`); its sources are then the union of every declaration.
+    pub shared: bool,
 }
 
 /// One agent.

@@ -50,6 +50,7 @@ pub(super) struct RawCollection {
     pub sources: Spanned<Vec<Spanned<String>>>,
     pub chunking: Option<Spanned<SpannedValue>>,
     pub profile: Option<Spanned<String>>,
+    pub shared: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

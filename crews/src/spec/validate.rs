@@ -396,6 +396,7 @@ fn rag_spec(raw: &RawCrew, errors: &Errors<'_>) -> Result<RagSpec, SpecError> {
             sources,
             chunking,
             profile,
+            shared: collection.shared.unwrap_or(false),
         });
     }
     Ok(RagSpec { collections })
