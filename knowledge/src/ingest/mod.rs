@@ -23,7 +23,7 @@
 //! Ingestion of one collection is serialised (concurrent requests for the same collection run
 //! one after the other, so the second finds a fresh manifest and does no work).
 
-mod plan;
+pub(crate) mod plan;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;

@@ -15,8 +15,8 @@ mod exact_vectors;
 mod hybrid;
 mod memory;
 
-pub use embedded::EmbeddedStore;
 pub use embedded::runs::SledRunStore;
+pub use embedded::{CollectionConsistency, ConsistencyReport, EmbeddedStore};
 pub use hybrid::{hybrid_depths, reciprocal_rank_fusion};
 pub use memory::{InMemoryQuarantineStore, InMemoryStore};
 

@@ -247,28 +247,30 @@ impl Bm25Index {
         Ok(hits)
     }
 
-    /// Every indexed chunk id (with repetitions, if any): lets tests compare the index to sled.
-    #[cfg(test)]
-    pub fn all_ids(&self) -> Vec<String> {
+    /// Every indexed chunk id (with repetitions, if any): lets the consistency check compare
+    /// the index to sled.
+    pub fn all_ids(&self) -> Result<Vec<String>, StoreError> {
         use tantivy::query::AllQuery;
         let searcher = self.reader.searcher();
         let total = searcher.num_docs() as usize;
         if total == 0 {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        searcher
+        let addresses = searcher
             .search(&AllQuery, &TopDocs::with_limit(total))
-            .unwrap()
-            .into_iter()
-            .map(|(_, address)| {
-                let document: TantivyDocument = searcher.doc(address).unwrap();
-                document
-                    .get_first(self.chunk_id)
-                    .and_then(|v| v.as_str())
-                    .unwrap()
-                    .to_string()
-            })
-            .collect()
+            .map_err(|e| io_error(&self.dir, &format!("listing every document: {e}")))?;
+        let mut ids = Vec::with_capacity(addresses.len());
+        for (_, address) in addresses {
+            let document: TantivyDocument = searcher
+                .doc(address)
+                .map_err(|e| io_error(&self.dir, &format!("reading a document: {e}")))?;
+            let id = document
+                .get_first(self.chunk_id)
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| io_error(&self.dir, "a document has no chunk id"))?;
+            ids.push(id.to_string());
+        }
+        Ok(ids)
     }
 }
 
@@ -341,7 +343,7 @@ mod tests {
         }
         let index = Bm25Index::open(&path).unwrap();
         assert_eq!(index.stamp().unwrap(), Some(stamp(4)));
-        assert_eq!(index.all_ids(), vec!["a2".to_string()]);
+        assert_eq!(index.all_ids().unwrap(), vec!["a2".to_string()]);
     }
 
     #[test]
@@ -357,7 +359,7 @@ mod tests {
         std::fs::write(path.join("meta.json"), b"{ garbage").unwrap();
         let mut index = Bm25Index::open(&path).unwrap();
         assert_eq!(index.stamp().unwrap(), None);
-        assert!(index.all_ids().is_empty());
+        assert!(index.all_ids().unwrap().is_empty());
         index
             .rebuild(&[chunk("a", "a0", "hello world")], stamp(9))
             .unwrap();

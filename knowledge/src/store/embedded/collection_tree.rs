@@ -19,6 +19,9 @@ use crate::types::{EmbeddingProfile, StoredChunk};
 /// A manifest entry as read from sled: a record, or the reason it could not be decoded.
 pub type ManifestEntry = Result<SourceRecord, String>;
 
+/// A chunk as stored: the chunk, or why its value cannot be decoded.
+pub type ChunkEntry = Result<StoredChunk, String>;
+
 /// What a committed mutation did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommitOutcome {
@@ -190,6 +193,24 @@ impl CollectionTree {
             }
         }
         Ok(chunks)
+    }
+
+    /// Every chunk in id order, undecodable ones as `Err(reason)` (a key that is not UTF-8 is
+    /// reported by its lossy form).
+    pub fn chunk_entries(&self) -> Result<Vec<(String, ChunkEntry)>, StoreError> {
+        let mut entries = Vec::new();
+        for item in self.tree.scan_prefix(CHUNK_PREFIX) {
+            let (key, value) = item.map_err(|e| self.io("scanning chunks", e))?;
+            let entry = match id_of_key(CHUNK_PREFIX, &key) {
+                Some(chunk_id) => (chunk_id.to_string(), decode_chunk(chunk_id, &value)),
+                None => (
+                    String::from_utf8_lossy(&key[CHUNK_PREFIX.len()..]).into_owned(),
+                    Err("chunk id is not UTF-8".to_string()),
+                ),
+            };
+            entries.push(entry);
+        }
+        Ok(entries)
     }
 
     /// Every chunk's id and vector, decoded without parsing the chunk headers; undecodable

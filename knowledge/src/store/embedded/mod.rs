@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 
 mod bm25;
 mod collection_tree;
+mod consistency;
 #[cfg(test)]
 mod crash_tests;
 #[cfg(test)]
@@ -41,6 +42,7 @@ mod vector_index;
 
 use bm25::Bm25Index;
 use collection_tree::{CollectionTree, CommitOutcome};
+pub use consistency::{CollectionConsistency, ConsistencyReport};
 use hnsw_calibration::Calibration;
 use hnsw_snapshot::{HnswSnapshot, SnapshotHeader};
 use index_stamp::IndexStamp;
@@ -616,7 +618,7 @@ impl EmbeddedStore {
             .filter(|id| indexes.vectors.contains(id))
             .collect();
         vector_ids.sort();
-        let mut bm25_ids = indexes.bm25.all_ids();
+        let mut bm25_ids = indexes.bm25.all_ids().unwrap();
         bm25_ids.sort();
         IndexState {
             sled_stamp: collection.stamp(collection.tree.generation().unwrap()),

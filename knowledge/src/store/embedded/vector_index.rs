@@ -43,12 +43,12 @@ impl VectorIndex {
         }
     }
 
-    #[cfg(test)]
+    /// Live chunks indexed.
     pub fn len(&self) -> usize {
         self.live.len()
     }
 
-    #[cfg(test)]
+    /// Whether a chunk id is indexed.
     pub fn contains(&self, id: &str) -> bool {
         self.live.contains(id)
     }
