@@ -82,7 +82,15 @@ pub fn cited_markers(text: &str) -> BTreeSet<u32> {
 /// `[1, 2]` → `(1, 2)`): for quoting source text that carries bracketed references of its
 /// own (scientific papers do) without them being read as citation markers.
 pub fn neutralise_markers(text: &str) -> String {
-    let groups = marker_groups(text);
+    neutralise_groups_where(text, |_| true)
+}
+
+/// `text` with the marker groups whose numbers satisfy `pred` written in parentheses.
+fn neutralise_groups_where(text: &str, pred: impl Fn(&[u32]) -> bool) -> String {
+    let groups: Vec<_> = marker_groups(text)
+        .into_iter()
+        .filter(|g| pred(&g.numbers))
+        .collect();
     if groups.is_empty() {
         return text.to_string();
     }
@@ -285,6 +293,11 @@ impl CitationLedger {
     /// removed from the text and reported; an output citing nothing has no citations.
     pub fn check_output(&self, output: &str) -> CitationCheck {
         let (text, dangling_markers) = map_markers(output, |n| self.get(n).is_some().then_some(n));
+        // Removing a marker can join the text around it into a new group ("[0, 0, 0[3]]" →
+        // "[0, 0, 0]"); such a group was never a citation: write it in parentheses.
+        let text = neutralise_groups_where(&text, |numbers| {
+            numbers.iter().any(|&n| self.get(n).is_none())
+        });
         let cited: Vec<KnowledgeCitation> = cited_markers(&text)
             .into_iter()
             .filter_map(|n| self.get(n).cloned())
@@ -361,6 +374,15 @@ mod tests {
         );
         assert!(cited_markers(&neutralise_markers("[[1]] [2][3]")).is_empty());
         assert_eq!(neutralise_markers("plain"), "plain");
+    }
+
+    #[test]
+    fn a_group_fused_by_a_removal_is_not_left_as_a_marker() {
+        let ledger = CitationLedger::from_passages(&[passage("kb", "a", 1)]);
+        let check = ledger.check_output("See [0, 0, 0[3]] and [1].");
+        assert_eq!(check.text, "See (0, 0, 0) and [1].");
+        assert_eq!(check.dangling_markers, vec![3]);
+        assert_eq!(check.cited.len(), 1);
     }
 
     #[test]

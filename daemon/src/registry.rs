@@ -255,7 +255,11 @@ fn collection_conflict(inner: &Inner, file: &Path, spec: &CrewSpec) -> Option<Sp
         let mine = resolved_sources(&spec.base_dir, &collection.sources);
         for entry in inner.by_name.values().filter(|e| e.file != file) {
             let Some(other) = &entry.spec else { continue };
-            let Some(theirs) = other.rag.collections.iter().find(|c| c.name == collection.name)
+            let Some(theirs) = other
+                .rag
+                .collections
+                .iter()
+                .find(|c| c.name == collection.name)
             else {
                 continue;
             };
@@ -353,17 +357,26 @@ mod tests {
         let a = Path::new("/crews/a.yaml");
         let b = Path::new("/crews/b.yaml");
         let text = crew_with("a", "kb/*.md", false);
-        assert_eq!(registry.apply(a, parse_crew_str(&text, a)), Change::Added("a".into()));
+        assert_eq!(
+            registry.apply(a, parse_crew_str(&text, a)),
+            Change::Added("a".into())
+        );
         // The same sources: no conflict.
         let same = crew_with("b", "kb/*.md", false);
-        assert_eq!(registry.apply(b, parse_crew_str(&same, b)), Change::Added("b".into()));
+        assert_eq!(
+            registry.apply(b, parse_crew_str(&same, b)),
+            Change::Added("b".into())
+        );
         // Other sources: refused, naming both files.
         let other = crew_with("b", "notes/*.md", false);
         let change = registry.apply(b, parse_crew_str(&other, b));
         let Change::Invalid { error, .. } = change else {
             panic!("expected a refusal, got {change:?}");
         };
-        assert!(error.contains("/crews/a.yaml") && error.contains("/crews/b.yaml"), "{error}");
+        assert!(
+            error.contains("/crews/a.yaml") && error.contains("/crews/b.yaml"),
+            "{error}"
+        );
         assert!(error.contains("shared: true"), "{error}");
         // Only one side shared: still refused (the same error as before: no change).
         let half = crew_with("b", "notes/*.md", true);
@@ -383,7 +396,10 @@ mod tests {
         let text = crew_with("a", "kb/*.md", true);
         registry.apply(a, parse_crew_str(&text, a));
         let text = crew_with("b", "notes/*.md, kb/faq.md", true);
-        assert_eq!(registry.apply(b, parse_crew_str(&text, b)), Change::Added("b".into()));
+        assert_eq!(
+            registry.apply(b, parse_crew_str(&text, b)),
+            Change::Added("b".into())
+        );
         let spec_a = registry.get("a").unwrap().spec.unwrap();
         let spec_b = registry.get("b").unwrap().spec.unwrap();
         let from_a = registry.collection_requests(&spec_a);
