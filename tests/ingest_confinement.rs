@@ -3,7 +3,7 @@
 //! directory; paths outside the roots (`/etc/hostname`, `../` escapes, a sibling of the crews
 //! folder) are refused naming the roots; `<data_dir>/sources` is a root; and a URL source
 //! pointing at a real loopback HTTP server is refused by the address guard, so the server is
-//! never contacted.
+//! never contacted. A remote Evaluate reads its dataset under the same roots.
 
 mod support;
 
@@ -118,6 +118,31 @@ async fn remote_ingestion_is_confined_to_the_roots_and_public_urls() {
         ids.contains(&"docs/guide.md") && ids.contains(&"returns.md"),
         "{ids:?}"
     );
+
+    // A remote evaluation reads its dataset under the same roots.
+    let secret_path = work.path().join("private/secret.md");
+    for dataset in ["/etc/hostname", "../private/secret.md", secret.as_ref()] {
+        let status = client
+            .evaluate(pb::EvaluateRequest {
+                dataset: dataset.to_string(),
+                profiles: vec!["fast".into()],
+                offline: true,
+                ..Default::default()
+            })
+            .await
+            .expect_err("a dataset outside the roots");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{dataset}: {status:?}"
+        );
+        assert!(
+            status.message().contains("rag.ingestion.roots"),
+            "{dataset}: {}",
+            status.message()
+        );
+    }
+    assert!(secret_path.exists());
 
     // A URL to a real loopback service: refused by the guard, the service never reached; its
     // credentials appear nowhere in the report.

@@ -64,6 +64,8 @@ pub async fn run(args: EvalArgs, api: &dyn KnowledgeApi, out: &Output) -> anyhow
         retrieve_k: args.retrieve_k,
         gate: args.gate.clone(),
         collection: args.collection.clone(),
+        // In-process: paths as given (a `--server` call drops this: the daemon confines them).
+        base_dir: Some(PathBuf::from(".")),
     };
     let bar = progress_bar(out, "eval");
     let progress = bar.clone().map(|bar| {

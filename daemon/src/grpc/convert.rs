@@ -111,6 +111,8 @@ pub fn query_params_to_pb(params: QueryParams) -> pb::QueryRequest {
 
 pub fn eval_params_from_pb(request: pb::EvaluateRequest) -> EvalParams {
     EvalParams {
+        // A remote request: its paths are confined to the ingestion roots.
+        base_dir: None,
         dataset: PathBuf::from(request.dataset),
         split: non_empty(request.split).unwrap_or_else(|| "test".into()),
         profiles: if request.profiles.is_empty() {

@@ -88,6 +88,8 @@ impl EvalTool for CrewEvalTool {
             retrieve_k: RETRIEVE_K,
             gate: None,
             collection: Some(scope.collection.clone()),
+            // Already confined to the crew's folder.
+            base_dir: Some(scope.crew_dir.clone()),
         };
         let outcome = self
             .api

@@ -7,7 +7,7 @@
 //! `--server`). A field a local command accepts is a field of these request types, so it is
 //! accepted remotely too.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -122,6 +122,62 @@ pub struct EvalParams {
     /// (golden datasets; refs are matched against the collection's source ids).
     #[serde(default)]
     pub collection: Option<String>,
+    /// Folder relative `dataset` and `gate` paths resolve against, as given. `None` — a
+    /// remote request (gRPC, `--server`): they resolve against the first ingestion root and
+    /// must lie under a root ([`crate::config::Config::ingestion_roots`]), like ingestion's.
+    #[serde(default)]
+    pub base_dir: Option<PathBuf>,
+}
+
+/// `path` of a remote request, confined to `roots`: a relative path joins the first root; the
+/// result must exist and lie (after resolving `..` and symlinks) under one of the roots.
+pub fn confine_to_roots(
+    field: &str,
+    path: &Path,
+    roots: &[PathBuf],
+) -> Result<PathBuf, ServiceError> {
+    let listed = || {
+        roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(first) = roots.first() else {
+        return Err(ServiceError::invalid(
+            field,
+            "no ingestion root exists, so a remote request can read no file; set rag.ingestion.roots",
+        ));
+    };
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        first.join(path)
+    };
+    let canonical = std::fs::canonicalize(&joined).map_err(|e| {
+        ServiceError::invalid(
+            field,
+            format!(
+                "{} cannot be read ({e}); a remote request's relative paths resolve against {}",
+                joined.display(),
+                first.display()
+            ),
+        )
+    })?;
+    let inside = roots
+        .iter()
+        .any(|root| std::fs::canonicalize(root).is_ok_and(|root| canonical.starts_with(root)));
+    if !inside {
+        return Err(ServiceError::invalid(
+            field,
+            format!(
+                "{} is outside the allowed roots [{}]; a remote request reads only under rag.ingestion.roots: move the file there or add its folder to rag.ingestion.roots",
+                path.display(),
+                listed()
+            ),
+        ));
+    }
+    Ok(canonical)
 }
 
 /// An evaluation's report, rendered, and its gate verdict.
@@ -461,6 +517,21 @@ impl KnowledgeApi for KnowledgeApp {
         params: EvalParams,
         progress: Option<EvalProgressFn<'_>>,
     ) -> Result<EvalOutcome, ServiceError> {
+        let params = match params.base_dir {
+            Some(_) => params,
+            None => {
+                let roots = self.config.ingestion_roots();
+                EvalParams {
+                    dataset: confine_to_roots("dataset", &params.dataset, &roots)?,
+                    gate: params
+                        .gate
+                        .as_deref()
+                        .map(|gate| confine_to_roots("gate", gate, &roots))
+                        .transpose()?,
+                    ..params
+                }
+            }
+        };
         let dataset = load_dataset(&params.dataset, &params.split)?;
         let existing = params.collection.filter(|c| !c.trim().is_empty());
         if let Some(collection) = &existing {
