@@ -278,6 +278,7 @@ mod tests {
             score_origin: "hybrid".into(),
             start: 0,
             end: 10,
+            untrusted: false,
         };
         KnowledgeBlock {
             text: "[1] (source: kb/refunds.md) Refunds take 14 days.\n[2] (source: kb/faq.md) Shipping is free.".into(),

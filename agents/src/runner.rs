@@ -366,6 +366,7 @@ mod tests {
                     score_origin: "word-overlap".into(),
                     start: 0,
                     end: text.len(),
+                    untrusted: false,
                 });
             }
             Ok(block)

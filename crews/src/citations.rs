@@ -327,6 +327,7 @@ mod tests {
             score_origin: "hybrid".into(),
             start: 0,
             end: 0,
+            untrusted: false,
         }
     }
 

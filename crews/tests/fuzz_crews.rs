@@ -222,6 +222,7 @@ fn passage(marker: u32) -> KnowledgeCitation {
         score_origin: "vector".into(),
         start: 0,
         end: 4,
+        untrusted: false,
     }
 }
 

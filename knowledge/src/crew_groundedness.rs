@@ -110,6 +110,7 @@ mod tests {
             score_origin: "hybrid".into(),
             start: 0,
             end: text.len(),
+            untrusted: false,
         }
     }
 

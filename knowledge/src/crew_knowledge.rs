@@ -263,6 +263,7 @@ pub fn merge_round_robin(
                     score_origin: c.score_origin.as_str().to_string(),
                     start: c.start,
                     end: c.end,
+                    untrusted: c.untrusted,
                 });
             }
         }
@@ -282,11 +283,13 @@ pub fn render_block(citations: &[KnowledgeCitation]) -> String {
     let mut text = String::from(prompt_convention::CONTEXT_HEADER);
     text.push('\n');
     for c in citations {
-        let passage = c.snippet.split_whitespace().collect::<Vec<_>>().join(" ");
-        text.push_str(&format!(
-            "[{}] (source: {}) {}\n",
-            c.marker, c.source_id, passage
+        text.push_str(&prompt_convention::passage_line(
+            c.marker,
+            &c.source_id,
+            &c.snippet,
+            c.untrusted,
         ));
+        text.push('\n');
     }
     text
 }
@@ -306,6 +309,7 @@ mod tests {
             score_origin: ScoreOrigin::Vector,
             start: 0,
             end: 10,
+            untrusted: false,
         }
     }
 
@@ -335,6 +339,14 @@ mod tests {
         assert!(block.starts_with("Context:\n[1] (source: kb/a1.md) text of a1\n"));
         assert!(block.contains("[2] (source: kb/a2.md) text of a2"));
         assert_eq!(render_block(&[]), "");
+        // A passage flagged at ingestion is labelled and fenced as untrusted data.
+        let mut flagged = merge_round_robin(&per, 1);
+        flagged[0].untrusted = true;
+        let block = render_block(&flagged);
+        assert!(
+            block.contains("[1] (source: kb/a1.md; untrusted: ") && block.contains("«text of a1»"),
+            "{block}"
+        );
     }
 
     #[tokio::test]

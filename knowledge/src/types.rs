@@ -121,6 +121,10 @@ pub struct Citation {
     pub score_origin: ScoreOrigin,
     pub start: usize,
     pub end: usize,
+    /// Flagged at ingestion as a possible prompt injection (`flagged: suspicious` in the
+    /// chunk's metadata): labelled and fenced in the assembled context.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrusted: bool,
 }
 
 /// One executed (or deliberately skipped) stage.

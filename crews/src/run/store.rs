@@ -364,6 +364,7 @@ pub mod conformance {
                 score_origin: "vector".into(),
                 start: 0,
                 end: 21,
+                untrusted: false,
             }],
             dangling_markers: vec![9],
             groundedness: Some(GroundednessReport {

@@ -66,6 +66,7 @@ fn citation(collection: &str) -> KnowledgeCitation {
         score_origin: "hybrid".to_string(),
         start: 0,
         end: 20,
+        untrusted: false,
     }
 }
 
@@ -944,6 +945,7 @@ fn chunk_passage(chunk: &str, marker: u32) -> KnowledgeCitation {
         score_origin: "hybrid".to_string(),
         start: 0,
         end: 10,
+        untrusted: false,
     }
 }
 

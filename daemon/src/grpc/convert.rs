@@ -250,6 +250,7 @@ pub fn answer_to_pb(answer: RagAnswer) -> pb::RagAnswer {
                 score_origin: c.score_origin.as_str().into(),
                 start: c.start as u64,
                 end: c.end as u64,
+                untrusted: c.untrusted,
             })
             .collect(),
         trace: answer
@@ -284,6 +285,7 @@ pub fn answer_from_pb(answer: pb::RagAnswer) -> Result<RagAnswer, ServiceError> 
                 score_origin,
                 start: c.start as usize,
                 end: c.end as usize,
+                untrusted: c.untrusted,
             })
         })
         .collect::<Result<_, ServiceError>>()?;
@@ -656,6 +658,7 @@ mod tests {
                 score_origin: ScoreOrigin::Bm25,
                 start: 0,
                 end: 9,
+                untrusted: false,
             }],
             trace,
         };

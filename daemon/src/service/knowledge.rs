@@ -19,6 +19,7 @@ use orkeon_knowledge::crew_knowledge::CollectionGates;
 use orkeon_knowledge::eval::harness::{EvalHarness, EvalOptions, EvalProgress};
 use orkeon_knowledge::eval::{EvalReport, check_gate, load_dataset, load_floors, render_markdown};
 use orkeon_knowledge::ingest::{IngestMode, IngestProgress, IngestReport, IngestRequest};
+use orkeon_knowledge::query::generate::citation;
 use orkeon_knowledge::query::{
     ProfileResolver, RagQuery, RetrieveOnly, StagedRagPipeline, resolve_options,
 };
@@ -26,7 +27,7 @@ use orkeon_knowledge::settings::ChunkingSettings;
 use orkeon_knowledge::store::{
     CollectionInfo, DocumentStore, EmbeddedStore, Manifest, SearchMode, SearchRequest,
 };
-use orkeon_knowledge::types::{Citation, RagAnswer, RagTrace};
+use orkeon_knowledge::types::{RagAnswer, RagTrace};
 use orkeon_knowledge::validate::QuarantineEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -368,16 +369,7 @@ impl KnowledgeApp {
         let citations = results
             .into_iter()
             .enumerate()
-            .map(|(i, r)| Citation {
-                marker: i as u32 + 1,
-                chunk_id: r.chunk.id,
-                source_id: r.chunk.source_id,
-                snippet: r.chunk.text,
-                score: r.score,
-                score_origin: r.origin,
-                start: r.chunk.start,
-                end: r.chunk.end,
-            })
+            .map(|(i, r)| citation(i as u32 + 1, &r))
             .collect();
         Ok(RagAnswer {
             text: String::new(),

@@ -387,6 +387,7 @@ mod tests {
             score_origin: ScoreOrigin::Vector,
             start: 0,
             end: 10,
+            untrusted: false,
         }
     }
 

@@ -76,6 +76,7 @@ mod tests {
             score_origin: ScoreOrigin::Rrf,
             start: 0,
             end: 0,
+            untrusted: false,
         }
     }
 

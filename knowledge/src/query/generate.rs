@@ -237,6 +237,7 @@ pub fn citation(marker: u32, chunk: &ScoredChunk) -> Citation {
         score_origin: chunk.origin,
         start: chunk.chunk.start,
         end: chunk.chunk.end,
+        untrusted: super::assemble::is_untrusted(chunk),
     }
 }
 
