@@ -216,7 +216,16 @@ mod tests {
                     .expect("append");
             }
         }
-        let db = sled::open(dir.path()).expect("reopen");
+        // sled's background flusher lets go of the file lock shortly after the last handle
+        // is dropped; retry the reopen for a bounded time (it failed once in CI).
+        let db = (0..200)
+            .find_map(|_| {
+                sled::open(dir.path()).ok().or_else(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    None
+                })
+            })
+            .expect("reopen within 2 s");
         let store = SledRunStore::open(&db).expect("store");
         assert_eq!(store.get("r1").expect("run").last_seq, 3);
         assert_eq!(store.events_after("r1", 0).expect("events").len(), 3);
