@@ -12,10 +12,10 @@ use std::collections::HashSet;
 use std::fs;
 use std::time::Duration;
 
-use flate2::{Compress, Compression, FlushCompress};
 use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::crew_service_client::CrewServiceClient;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
+use orkeon_testkit::pdf::{PdfObject, one_page, zlib_bomb};
 use support::Daemon;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
@@ -55,81 +55,6 @@ tasks:
     description: "Answer the customer: {{ inputs.question }}"
     expected_output: A short answer with [n] citations
 "#;
-
-/// A zlib stream inflating to `mib` MiB of zeros, built in milliseconds: one fully flushed
-/// deflate block of 1 MiB of zeros repeated, a final empty block, the right Adler-32 (the
-/// generator of `knowledge/tests/load_limits.rs`).
-fn zlib_bomb(mib: usize) -> Vec<u8> {
-    let mut compress = Compress::new(Compression::best(), false);
-    let mut block = Vec::with_capacity(64 * 1024);
-    compress
-        .compress_vec(&vec![0u8; MIB], &mut block, FlushCompress::Full)
-        .expect("deflate");
-    assert_eq!(
-        compress.total_in(),
-        MIB as u64,
-        "one call takes the whole MiB"
-    );
-    let mut out = vec![0x78, 0xDA];
-    for _ in 0..mib {
-        out.extend_from_slice(&block);
-    }
-    out.extend_from_slice(&[0x03, 0x00]); // final fixed-Huffman block holding only end-of-block
-    // Adler-32 of n zeros: a stays 1, b adds 1 per byte.
-    let b = ((mib as u64 * MIB as u64) % 65_521) as u32;
-    out.extend_from_slice(&((b << 16) | 1).to_be_bytes());
-    out
-}
-
-/// A one-page PDF whose content stream (object 5) is `stream`, deflated, with a correct
-/// cross-reference table.
-fn one_page_pdf_with_deflated_contents(stream: Vec<u8>) -> Vec<u8> {
-    let objects: Vec<(String, Option<Vec<u8>>)> = vec![
-        ("<< /Type /Catalog /Pages 2 0 R >>".into(), None),
-        ("<< /Type /Pages /Kids [3 0 R] /Count 1 >>".into(), None),
-        (
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>".into(),
-            None,
-        ),
-        (
-            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into(),
-            None,
-        ),
-        ("/Filter /FlateDecode".into(), Some(stream)),
-    ];
-    let mut pdf = b"%PDF-1.5\n%\xE2\xE3\xCF\xD3\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, (dict, data)) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        match data {
-            None => pdf.extend_from_slice(dict.as_bytes()),
-            Some(data) => {
-                pdf.extend_from_slice(
-                    format!("<< {dict} /Length {} >>\nstream\n", data.len()).as_bytes(),
-                );
-                pdf.extend_from_slice(data);
-                pdf.extend_from_slice(b"\nendstream");
-            }
-        }
-        pdf.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = pdf.len();
-    pdf.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for offset in offsets {
-        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    pdf.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    pdf
-}
 
 /// The resident set of a process, from `/proc/<pid>/status` (`VmRSS`, in kB).
 fn rss_bytes(pid: u32) -> u64 {
@@ -399,7 +324,17 @@ async fn hostile_requests_leave_the_daemon_serving_and_bounded() {
     // 3. A flate-bomb PDF (2 GiB of zeros once inflated, ~2 MB on disk) ingested over gRPC next
     // to a sound file: the bomb is quarantined naming the limit it hit, the rest is ingested.
     let bomb = crews.join("uploads/bomb.pdf");
-    fs::write(&bomb, one_page_pdf_with_deflated_contents(zlib_bomb(2048))).expect("write bomb");
+    fs::write(
+        &bomb,
+        one_page(
+            "5 0 R",
+            vec![PdfObject::Stream(
+                "/Filter /FlateDecode".into(),
+                zlib_bomb(2048),
+            )],
+        ),
+    )
+    .expect("write bomb");
     assert!(fs::metadata(&bomb).expect("bomb").len() < 4 * MIB as u64);
     fs::write(
         crews.join("uploads/sound.md"),

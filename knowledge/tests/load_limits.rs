@@ -7,101 +7,20 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use flate2::{Compress, Compression, FlushCompress};
+use flate2::Compression;
 use orkeon_knowledge::embed::HashEmbedder;
 use orkeon_knowledge::ingest::{IngestRequest, IngestionPipeline};
 use orkeon_knowledge::load::{LoadError, RawSource, SourceKind, SourceLocation, SourceRef, parse};
 use orkeon_knowledge::settings::{IngestionSettings, LoadLimits, StoreSettings};
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
+use orkeon_testkit::pdf::{PdfObject as Obj, one_page, pdf, zlib_bomb};
 
 const MIB: usize = 1024 * 1024;
-
-/// A zlib stream inflating to `mib` MiB of zeros, built in milliseconds: one fully flushed
-/// deflate block of 1 MiB of zeros repeated, a final empty block, the right Adler-32.
-fn zlib_bomb(mib: usize) -> Vec<u8> {
-    let mut compress = Compress::new(Compression::best(), false);
-    let mut block = Vec::with_capacity(64 * 1024);
-    compress
-        .compress_vec(&vec![0u8; MIB], &mut block, FlushCompress::Full)
-        .expect("deflate");
-    assert_eq!(
-        compress.total_in(),
-        MIB as u64,
-        "one call takes the whole MiB"
-    );
-    let mut out = vec![0x78, 0xDA];
-    for _ in 0..mib {
-        out.extend_from_slice(&block);
-    }
-    out.extend_from_slice(&[0x03, 0x00]); // final fixed-Huffman block holding only end-of-block
-    // Adler-32 of n zeros: a stays 1, b adds 1 per byte.
-    let b = ((mib as u64 * MIB as u64) % 65_521) as u32;
-    out.extend_from_slice(&((b << 16) | 1).to_be_bytes());
-    out
-}
 
 fn zlib(data: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), Compression::default());
     encoder.write_all(data).expect("deflate");
     encoder.finish().expect("deflate")
-}
-
-/// One PDF object: a dictionary or a stream with binary data.
-enum Obj {
-    Dict(String),
-    Stream(String, Vec<u8>),
-}
-
-/// A PDF file (object `i + 1` is `objects[i]`, object 1 the catalog) with a correct
-/// cross-reference table.
-fn pdf(objects: &[Obj]) -> Vec<u8> {
-    let mut pdf = b"%PDF-1.5\n%\xE2\xE3\xCF\xD3\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, object) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        match object {
-            Obj::Dict(dict) => pdf.extend_from_slice(dict.as_bytes()),
-            Obj::Stream(dict, data) => {
-                pdf.extend_from_slice(
-                    format!("<< {dict} /Length {} >>\nstream\n", data.len()).as_bytes(),
-                );
-                pdf.extend_from_slice(data);
-                pdf.extend_from_slice(b"\nendstream");
-            }
-        }
-        pdf.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = pdf.len();
-    pdf.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for offset in offsets {
-        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    pdf.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    pdf
-}
-
-/// A one-page PDF whose page draws `contents` (references) with font F1 (object 4); `extra`
-/// objects follow from object 5.
-fn one_page(contents: &str, extra: Vec<Obj>) -> Vec<u8> {
-    let mut objects = vec![
-        Obj::Dict("<< /Type /Catalog /Pages 2 0 R >>".into()),
-        Obj::Dict("<< /Type /Pages /Kids [3 0 R] /Count 1 >>".into()),
-        Obj::Dict(format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents {contents} >>"
-        )),
-        Obj::Dict("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into()),
-    ];
-    objects.extend(extra);
-    pdf(&objects)
 }
 
 /// A PDF of `pages` pages, each saying its number.

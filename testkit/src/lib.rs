@@ -11,6 +11,7 @@
 //! - [`searxng`]: [`FakeWeb`], a fake SearxNG with its pages and a private service for SSRF
 //!   tests.
 //! - [`chat`]: [`ScriptedChat`], an in-process `ChatModel` double answering from a list.
+//! - [`pdf`]: PDF fixtures written byte by byte (a minimal writer, a zlib bomb).
 //!
 //! This crate may depend on `orkeon-crews` and external crates only: agents, knowledge and
 //! daemon dev-depend on it, and a dependency back on one of them would give that crate's unit
@@ -19,6 +20,7 @@
 pub mod chat;
 pub mod http;
 pub mod openai;
+pub mod pdf;
 pub mod searxng;
 
 pub use chat::{SCRIPTED_CHAT_MODEL, ScriptedChat};
