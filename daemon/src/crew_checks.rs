@@ -13,9 +13,6 @@ use orkeon_knowledge::settings::ChunkingSettings;
 
 use crate::config::Config;
 
-/// The keys a `chunking:` map may hold.
-const CHUNKING_KEYS: &[&str] = &["strategy", "max_tokens", "overlap", "breakpoint_percentile"];
-
 /// Host checks built from one configuration.
 pub struct HostChecks {
     llm: LlmSettings,
@@ -57,13 +54,19 @@ impl SettingsChecks for HostChecks {
                 hint: None,
             });
         };
+        // The keys a `chunking:` map may hold: the settings' own fields.
+        let defaults = serde_json::to_value(ChunkingSettings::default()).unwrap_or_default();
+        let known: Vec<&str> = defaults
+            .as_object()
+            .map(|fields| fields.keys().map(String::as_str).collect())
+            .unwrap_or_default();
         // Key by key first, so an unknown key or a value of the wrong type names its key.
         for (key, item) in map {
-            if !CHUNKING_KEYS.contains(&key.as_str()) {
+            if !known.contains(&key.as_str()) {
                 return Err(problem(
                     key,
                     format!("unknown key '{key}'"),
-                    suggest::hint(key, CHUNKING_KEYS.iter().copied(), "keys"),
+                    suggest::hint(key, known.iter().copied(), "keys"),
                 ));
             }
             let single = serde_json::json!({ key: item });
