@@ -13,5 +13,6 @@ pub mod crews;
 pub mod error;
 pub mod knowledge;
 pub mod server;
+pub mod size_limit;
 
 pub use server::{listen_settings, serve};

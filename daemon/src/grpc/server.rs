@@ -76,6 +76,9 @@ pub async fn serve(
         .timeout(std::time::Duration::from_secs(
             limits.request_timeout_secs.max(1),
         ))
+        .layer(tower::util::MapResponseLayer::new(
+            super::size_limit::name_request_limit,
+        ))
         .layer(tower::limit::ConcurrencyLimitLayer::new(
             limits.max_concurrent_requests.max(1),
         ))
