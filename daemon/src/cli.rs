@@ -66,6 +66,14 @@ pub enum Command {
         #[command(subcommand)]
         command: CrewCommand,
     },
+    /// Rhai scripts over `rag.*` and `crew.*`, in-process or against a daemon.
+    Script {
+        /// Run the script's calls against a running daemon at this URL.
+        #[arg(long, global = true, value_name = "URL")]
+        server: Option<String>,
+        #[command(subcommand)]
+        command: crate::commands::script::ScriptCommand,
+    },
     /// Local models: list what is present, or fetch everything ahead of time.
     Models {
         #[command(subcommand)]
@@ -168,6 +176,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::Daemon { .. } => crate::commands::daemon::run(config).await.map(|()| true),
         Command::Rag { server, command } => rag::run(command, server, config, &out).await,
+        Command::Script { server, command } => {
+            crate::commands::script::run(command, server, config, &out).await
+        }
         Command::Models { command } => models::run(command, &config, &out).await.map(|()| true),
         Command::Crew { server, command } => {
             let api = RemoteCrews::new(Connection::new(server, &config));

@@ -146,6 +146,10 @@ pub struct Limits {
     pub max_csv_rows: usize,
     /// Bytes of one text, Markdown or HTML document.
     pub max_text_bytes: usize,
+    /// Operations one script may run (`orkeon script run`; Rhai's operation count).
+    pub script_max_operations: u64,
+    /// Wall time of one script, its `rag.*` and `crew.*` calls included, in seconds.
+    pub script_timeout_secs: u64,
 }
 
 impl Default for Limits {
@@ -166,6 +170,8 @@ impl Default for Limits {
             max_pdf_document_bytes: load.max_pdf_document_bytes,
             max_csv_rows: load.max_csv_rows,
             max_text_bytes: load.max_text_bytes,
+            script_max_operations: 10_000_000,
+            script_timeout_secs: 3600,
         }
     }
 }

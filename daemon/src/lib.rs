@@ -20,6 +20,7 @@ pub mod output;
 pub mod proto;
 pub mod registry;
 pub mod runs;
+pub mod script;
 pub mod service;
 pub mod services;
 pub mod watch;

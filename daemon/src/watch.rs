@@ -51,7 +51,7 @@ fn debouncer(
     Ok((debouncer, rx))
 }
 
-fn is_crew_file(path: &Path) -> bool {
+pub(crate) fn is_crew_file(path: &Path) -> bool {
     matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml") | Some("yml")

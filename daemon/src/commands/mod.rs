@@ -5,3 +5,4 @@ pub mod daemon;
 pub mod eval;
 pub mod models;
 pub mod rag;
+pub mod script;
