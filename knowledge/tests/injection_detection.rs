@@ -258,8 +258,15 @@ fn injection_detection_rates_on_the_labelled_set() {
     // Floors under today's numbers (see the README's security section): a change to the
     // patterns that loses detections or rejects ordinary documentation fails here.
     let floors = [
-        ("recall, any signal", inj.rate(inj.flagged), 0.25, true),
-        ("false positives, any signal", ben.rate(ben.flagged), 0.03, false),
+        ("recall, any signal", inj.rate(inj.flagged), 0.38, true),
+        ("recall, rejected", inj.rate(inj.rejected), 0.05, true),
+        (
+            "held-out recall, any signal",
+            inj_held.rate(inj_held.flagged),
+            0.50,
+            true,
+        ),
+        ("false positives, any signal", ben.rate(ben.flagged), 0.02, false),
         ("false positives, rejected", ben.rate(ben.rejected), 0.01, false),
     ];
     for (what, value, bound, is_floor) in floors {
