@@ -31,8 +31,12 @@ fn data_dir() -> PathBuf {
 
 fn load(file: &str) -> Vec<Sample> {
     let path = data_dir().join(file);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; rebuild it with build.py beside it", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; rebuild it with build.py beside it",
+            path.display()
+        )
+    });
     text.lines()
         .enumerate()
         .map(|(n, line)| {
@@ -239,9 +243,15 @@ fn injection_detection_rates_on_the_labelled_set() {
         cell(inj_bare.flagged, &inj_bare),
         cell(inj_bare.rejected, &inj_bare),
     );
-    report.push_str(&per_source_table("### Injection documents per source", &injections));
+    report.push_str(&per_source_table(
+        "### Injection documents per source",
+        &injections,
+    ));
     report.push('\n');
-    report.push_str(&per_source_table("### Benign documents per source", &benign));
+    report.push_str(&per_source_table(
+        "### Benign documents per source",
+        &benign,
+    ));
     report.push_str("\n### Benign documents flagged\n\n");
     for d in benign.iter().filter(|d| !d.verdict.is_clean()) {
         let _ = writeln!(
@@ -266,14 +276,27 @@ fn injection_detection_rates_on_the_labelled_set() {
             0.50,
             true,
         ),
-        ("false positives, any signal", ben.rate(ben.flagged), 0.02, false),
-        ("false positives, rejected", ben.rate(ben.rejected), 0.01, false),
+        (
+            "false positives, any signal",
+            ben.rate(ben.flagged),
+            0.02,
+            false,
+        ),
+        (
+            "false positives, rejected",
+            ben.rate(ben.rejected),
+            0.01,
+            false,
+        ),
     ];
     for (what, value, bound, is_floor) in floors {
         if is_floor {
             assert!(value >= bound, "{what} fell to {value:.3} (floor {bound})");
         } else {
-            assert!(value <= bound, "{what} rose to {value:.3} (ceiling {bound})");
+            assert!(
+                value <= bound,
+                "{what} rose to {value:.3} (ceiling {bound})"
+            );
         }
     }
 }
