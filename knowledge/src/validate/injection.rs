@@ -2,8 +2,11 @@
 //! it as retrieved context?
 //!
 //! Four families of signals, all matched on the document text and its `title`:
-//! - **instruction overrides**: "ignore (all) previous instructions", "disregard the above",
-//!   "you are now an unrestricted AI", "new instructions:", "reveal your system prompt", …;
+//! - **instruction overrides**: "ignore (all) previous instructions", "ignore any previous and
+//!   following instructions", "ignore all the instructions you got before", "disregard the
+//!   above", "forget everything you learned", "you are now an unrestricted AI", "from now on you
+//!   are going to act as …", "DAN mode enabled", "new instructions:", "reveal your system
+//!   prompt", …;
 //! - **fake role / system markers**: chat-template tokens (`<|im_start|>system`, `<|system|>`,
 //!   `[INST]`, `<<SYS>>`), `### System:` headings, `<system>` tags, `System: you …` lines;
 //! - **hidden text**: zero-width characters (U+200B, U+2060, …; U+200C/U+200D only inside
@@ -11,7 +14,7 @@
 //!   U+2066–U+2069), Unicode tag characters (ASCII smuggling; emoji flag sequences excepted)
 //!   and, for HTML, the `hidden_text` metadata the loader records for invisible elements;
 //! - **exfiltration**: Markdown images/links (inline, reference-style, or raw `<img>`) whose URL
-//!   query carries a placeholder for data (`{{…}}`, `${…}`, `<secret>`, `[DATA]`, `=HISTORY`,
+//!   query (or path, for `=[DATA]`-style values) carries a placeholder for data (`{{…}}`, `${…}`, `<secret>`, `[DATA]`, `=HISTORY`,
 //!   "insert … here"), and requests to "send the conversation / system prompt / user's data …
 //!   to http…".
 //!
@@ -29,7 +32,8 @@
 //! "ignоre"), instructions encoded (base64, rot13) or split across chunks, injected content in
 //! images, and CSS-hidden HTML (stylesheet classes are not evaluated). It can flag documents
 //! that *discuss* prompt injection. It is one layer: retrieved text must still be presented to
-//! the model as quoted data, never as instructions.
+//! the model as quoted data, never as instructions. Measured recall and false-positive rates on
+//! a labelled public set: `knowledge/tests/injection_detection.rs` (table in the README).
 
 use std::sync::LazyLock;
 
@@ -71,7 +75,15 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
     Patterns {
     overrides: [
         // ignore/disregard/forget (all) (the) previous instructions
-        r"(?i)\b(?:ignore|disregard|forget)\s+(?:(?:all|any|each|every|the|your|my|our|these|those|of|everything)\s+){0,3}(?:previous|prior|preceding|above|earlier|former|original|initial|system|old)\s+(?:instructions?|prompts?|rules|directions|directives?|guidelines|commands|context|messages|constraints|restrictions|programming|guidance)\b",
+        r"(?i)\b(?:ignore|disregard|forget)\s+(?:(?:all|any|and|each|every|the|your|my|our|these|those|of|everything)\s+){0,4}(?:previous|prior|preceding|above|earlier|former|original|initial|system|old)\s+(?:(?:and|or|&)\s+(?:following|subsequent|future|later|next)\s+)?(?:instructions?|prompts?|rules|directions|directives?|guidelines|commands|context|messages|constraints|restrictions|programming|guidance)\b",
+        // ignore all the instructions you got before / you were given / you have received
+        r"(?i)\b(?:ignore|disregard|forget)\s+(?:(?:all|any|and|the|your|of|every)\s+){0,3}(?:instructions?|prompts?|rules|directions|directives?|guidelines|commands)\s+(?:that\s+)?you(?:'ve|\s+have)?\s+(?:(?:been|were|have\s+been)\s+)?(?:got|gotten|given|received|told|learned|learnt)\b",
+        // forget everything you learned / were told / know
+        r"(?i)\bforget\s+(?:everything|all)\s+(?:that\s+)?you(?:'ve|\s+have)?\s+(?:(?:been|were)\s+)?(?:learned|learnt|know|told|given|were\s+told|been\s+told)\b",
+        // persona switch: from now on you are going to act as / pretend to be …
+        r"(?i)\bfrom\s+now\s+on,?\s+you\s+(?:are\s+going\s+to|will|must|shall|should)\s+(?:act|pretend|behave|role-?play|respond|answer|reply|simulate|be\s+(?:acting|playing))\b",
+        // the named jailbreak personas and modes
+        r"(?i)\b(?:DAN|jailbreak|jailbroken|god|evil|unrestricted)\s+mode\s+(?:is\s+)?(?:enabled|activated|on)\b|\bDAN\b[^\n]{0,40}\bdo\s+anything\s+now\b",
         // override/bypass: only with "previous"-like words ("override the system prompt" is
         // ordinary configuration talk)
         r"(?i)\b(?:override|bypass)\s+(?:(?:all|any|the|your|these|those|of)\s+){0,3}(?:previous|prior|preceding|above|earlier|original|initial)\s+(?:instructions?|prompts?|rules|directions|directives?|guidelines)\b",
@@ -193,10 +205,12 @@ fn scan(text: &str) -> Findings {
             let (Some(whole), Some(url)) = (captures.get(0), captures.get(1)) else {
                 continue;
             };
-            let Some((_, query)) = url.as_str().split_once('?') else {
-                continue;
-            };
-            if patterns.placeholder.is_match(query) || patterns.placeholder_value.is_match(query) {
+            let url = url.as_str();
+            let in_query = url.split_once('?').is_some_and(|(_, query)| {
+                patterns.placeholder.is_match(query) || patterns.placeholder_value.is_match(query)
+            });
+            // `https://host/azure=[DATA]`: an all-caps placeholder as a value in the path too
+            if in_query || patterns.placeholder_value.is_match(url) {
                 push_unique(&mut findings.exfiltration, quote(whole.as_str()));
             }
         }
