@@ -357,6 +357,7 @@ impl KnowledgeApp {
                 vector: None,
                 k: top_n,
                 rrf_k: self.config.rag.store.rrf_k,
+                fusion: Default::default(),
             },
         )?;
         let mut trace = RagTrace::default();
