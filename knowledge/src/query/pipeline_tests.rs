@@ -306,7 +306,7 @@ async fn quality_runs_the_groundedness_check_on_the_generated_answer() {
     )
     .await;
     assert_eq!(calls, 1);
-    assert_eq!(step(&answer, "retrieve").detail["candidate_k"], 100);
+    assert_eq!(step(&answer, "retrieve").detail["candidate_k"], 50);
     let ground = &step(&answer, "groundedness").detail;
     assert_eq!(ground["checker"], "heuristic");
     assert_eq!(ground["grounded"], true, "{ground}");
@@ -646,8 +646,27 @@ async fn convex_fusion_and_rerank_blending_are_traced_and_labelled() {
     )
     .with_top_n(3);
 
-    // The balanced preset fuses by RRF, and says so.
+    // The balanced preset fuses by convex fusion and blends the reranker in, and says so.
     let rag = settings(serde_json::json!({"rerank": {"kind": "by-length"}}));
+    let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
+        .await
+        .unwrap();
+    let fusion = &step(&answer, "retrieve").detail["fusion"];
+    assert_eq!(fusion["method"], "convex");
+    assert_eq!(fusion["normalization"], "minmax");
+    assert_eq!(step(&answer, "rerank").detail["blend"], "convex");
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::RerankBlend)
+    );
+
+    // RRF and the reranker's order alone, as before.
+    let rag = settings(serde_json::json!({
+        "retrieval": {"hybrid": {"fusion": "rrf"}},
+        "rerank": {"kind": "by-length", "blend": "replace"}
+    }));
     let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
         .await
         .unwrap();
