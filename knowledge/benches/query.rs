@@ -742,6 +742,7 @@ async fn rerank_throughput(
             vector: Some(embedder.embed_query(question).await?),
             k: RERANK_CANDIDATES,
             rrf_k: StoreSettings::default().rrf_k,
+            fusion: Default::default(),
         };
         let passages: Vec<String> = store
             .search(collection, &request)?
@@ -827,6 +828,7 @@ async fn search_breakdown(
                 vector: Some(vector.clone()),
                 k,
                 rrf_k: StoreSettings::default().rrf_k,
+                fusion: Default::default(),
             };
             let started = Instant::now();
             let hits = store.search(collection, &request)?;
@@ -849,6 +851,7 @@ async fn search_breakdown(
             vector: Some(vector),
             k: hybrid_k,
             rrf_k: StoreSettings::default().rrf_k,
+            fusion: Default::default(),
         };
         let started = Instant::now();
         store.search(collection, &request)?;

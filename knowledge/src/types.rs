@@ -84,8 +84,13 @@ pub enum ScoreOrigin {
     Bm25,
     /// Reciprocal Rank Fusion of several rankings (a rank aggregate, not a similarity).
     Rrf,
+    /// Convex fusion: a weighted sum of per-ranking normalised scores (not a similarity).
+    Convex,
     /// Cross-encoder or LLM reranker score.
     Rerank,
+    /// The reranker's ranking fused with the retrieval ranking (`rag.rerank.blend`: RRF or
+    /// convex); not a raw reranker score.
+    RerankBlend,
     /// A document fetched by the corrective graph's web fallback.
     Web,
 }
@@ -96,7 +101,9 @@ impl ScoreOrigin {
             ScoreOrigin::Vector => "vector",
             ScoreOrigin::Bm25 => "bm25",
             ScoreOrigin::Rrf => "rrf",
+            ScoreOrigin::Convex => "convex",
             ScoreOrigin::Rerank => "rerank",
+            ScoreOrigin::RerankBlend => "rerank-blend",
             ScoreOrigin::Web => "web",
         }
     }

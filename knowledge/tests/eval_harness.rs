@@ -234,6 +234,41 @@ async fn golden_dataset_on_the_fast_profile_with_real_components() {
         );
     }
     assert!(fast.per_query_ms_p50 > 0.0);
+    assert!(
+        !fast
+            .stage_ms
+            .keys()
+            .any(|k| k.starts_with("deep_retrieval.")),
+        "retrieve_k 10: no deep retrieval"
+    );
+
+    // A deeper retrieve_k adds a separate deep retrieval for recall above 10; the metrics at
+    // 10 and below still come from the profile asked for 10 passages, so they do not move.
+    let deeper = rig
+        .harness
+        .run(
+            &dataset,
+            &EvalOptions {
+                retrieve_k: 20,
+                ..options(&["fast"])
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let deep_fast = &deeper.profiles[0];
+    assert!(
+        deep_fast.stage_ms.contains_key("deep_retrieval.retrieve"),
+        "{:?}",
+        deep_fast.stage_ms
+    );
+    assert_eq!(deep_fast.ndcg_at_10, fast.ndcg_at_10);
+    assert_eq!(deep_fast.recall_at["10"], fast.recall_at["10"]);
+    assert_eq!(
+        deep_fast.recall_at.keys().collect::<Vec<_>>(),
+        fast.recall_at.keys().collect::<Vec<_>>(),
+        "recall@100 still needs retrieve_k ≥ 100"
+    );
 
     // Progress: every source, every case, then the profile.
     let events = events.into_inner().unwrap();

@@ -258,10 +258,34 @@ async fn balanced_reranks_hybrid_candidates_with_the_cross_encoder() {
         rerank["candidates"], 10,
         "every chunk of the corpus is a candidate"
     );
+    assert_eq!(rerank["reranked"], 10);
+    assert_eq!(rerank["blend"], "convex");
     assert_eq!(rerank["kept"], 3);
+    let best = &answer.citations[0];
+    assert_eq!(best.source_id, "kb/berlin.md");
+    // The cross-encoder's order blended with the retrieval order: a convex score in [0, 1].
+    assert_eq!(best.score_origin, ScoreOrigin::RerankBlend);
+    assert!(
+        best.score >= 0.5 && best.score <= 1.0,
+        "Berlin {}",
+        best.score
+    );
+    assert!(answer.citations[1].score < best.score);
+
+    // With `blend: replace` the cross-encoder's logits rank alone, labelled as such.
+    let rag: RagSettings =
+        serde_json::from_value(serde_json::json!({"rerank": {"blend": "replace"}})).unwrap();
+    let (_dir, deps) = support_fixture().await;
+    let p = StagedRagPipeline::new("balanced", resolve_options("balanced", &rag).unwrap(), deps)
+        .unwrap();
+    let answer = retrieve_only(
+        &p,
+        &RagQuery::new("How many people live in Berlin?", COLLECTION).with_top_n(3),
+    )
+    .await
+    .unwrap();
     let best = &answer.citations[0];
     assert_eq!(best.source_id, "kb/berlin.md");
     assert_eq!(best.score_origin, ScoreOrigin::Rerank);
     assert!(best.score > 5.0, "Berlin logit {}", best.score);
-    assert!(answer.citations[1].score < best.score);
 }

@@ -37,8 +37,9 @@ pub struct EvalArgs {
     /// Cases run at once per profile.
     #[arg(long, default_value_t = 2)]
     pub concurrency: usize,
-    /// Documents ranked per case for the retrieval metrics (≥ 10; recall@100 needs 100). The
-    /// profiles' candidate counts rise to at least this, so rerankers score this many passages.
+    /// Depth of the deep retrieval (reranking off) that gives recall@k above 10 (≥ 10;
+    /// recall@100 needs 100). nDCG@10, MRR@10 and recall@≤10 come from each profile as
+    /// configured, asked for 10 passages: its own candidate counts are not changed.
     #[arg(long, default_value_t = 100)]
     pub retrieve_k: usize,
     /// Evaluate this existing collection as it is (the corpus is not ingested; the golden

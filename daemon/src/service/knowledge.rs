@@ -357,6 +357,7 @@ impl KnowledgeApp {
                 vector: None,
                 k: top_n,
                 rrf_k: self.config.rag.store.rrf_k,
+                fusion: Default::default(),
             },
         )?;
         let mut trace = RagTrace::default();
@@ -545,9 +546,15 @@ impl KnowledgeApi for KnowledgeApp {
         let mut deep = (*self.config).clone();
         deep.rag.context.max_tokens = Some(1_000_000);
         let retrieval_resolver = host.resolver(&deep, chat.clone());
+        // Recall above 10 comes from a deep retrieval with reranking off (a reranker only
+        // reorders what it is given, so the documents that deep are the same).
+        let mut unranked = deep.clone();
+        unranked.rag.rerank.enabled = Some(false);
+        let depth_resolver = host.resolver(&unranked, chat.clone());
         let judge = if params.offline { None } else { chat };
         let harness = EvalHarness::new(host.ingestion.clone(), resolver, judge)
-            .with_retrieval_resolver(retrieval_resolver);
+            .with_retrieval_resolver(retrieval_resolver)
+            .with_depth_resolver(depth_resolver);
         let options = EvalOptions {
             profiles: params.profiles,
             offline: params.offline,

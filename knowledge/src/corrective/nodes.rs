@@ -93,6 +93,7 @@ impl CorrectiveEngine {
             vector: Some(vector),
             k: candidate_k,
             rrf_k: o.retrieval.rrf_k,
+            fusion: o.retrieval.fusion,
         };
         let store = self.deps.store.clone();
         let collection = s.query.collection.clone();

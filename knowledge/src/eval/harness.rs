@@ -1,10 +1,22 @@
 //! [`EvalHarness`]: one incremental ingestion of a dataset's corpus, then every requested
 //! profile over the same collection, case by case, with bounded concurrency.
 //!
-//! Retrieval metrics come from each profile's retrieval-only path with `top_n = retrieve_k`
-//! (no generation call; the corrective graph stops before generation, adaptive uses the routed
-//! profile's path). A pipeline that cannot retrieve alone (a host's) runs its full query instead
-//! and is ranked by its citations; the report says so. With
+//! Retrieval metrics come from each profile's retrieval-only path (no generation call; the
+//! corrective graph stops before generation, adaptive uses the routed profile's path), in two
+//! calls per case:
+//!
+//! - **as a user runs the profile**: `top_n =` [`PROFILE_TOP_N`] (10), the profile's own
+//!   candidate counts untouched — nDCG@10, MRR@10, recall@k for k ≤ 10 and the per-query time
+//!   come from it;
+//! - **a deep retrieval** for recall@k above 10: `top_n = retrieve_k` on the depth resolver's
+//!   pipeline (the daemon builds it with reranking off: a reranker only reorders the candidates
+//!   it is given, so it cannot change which documents are in a ranking that deep), when
+//!   `retrieve_k` > 10.
+//!
+//! (Before, a single call at `top_n = retrieve_k` lifted every profile's candidate count to
+//! `retrieve_k`, so `quality` and `balanced` ranked alike.) A pipeline that cannot retrieve
+//! alone (a host's) runs its full query instead and is ranked by its citations; the report says
+//! so. With
 //! `generate: true`, every case also runs the profile's normal full query (its own `top_n`)
 //! and the answer is judged (see [`super::judge`]).
 //!
@@ -35,6 +47,10 @@ use crate::ingest::{IngestProgress, IngestRequest, IngestionPipeline};
 use crate::query::{ProfileResolver, RagPipeline, RagQuery};
 use crate::types::{RagAnswer, RagTrace};
 
+/// Passages a case asks each profile for when it is run as a user runs it (its own candidate
+/// counts): nDCG@10, MRR@10 and recall@≤10 come from this ranking.
+pub const PROFILE_TOP_N: usize = 10;
+
 /// Tags excluded from the gated aggregate by default: cases seeded to defeat single-shot
 /// retrieval on purpose.
 pub const DEFAULT_EXCLUDED_TAGS: &[&str] = &["correctif"];
@@ -47,7 +63,8 @@ pub struct EvalOptions {
     /// Zero network: the generation judge is the deterministic heuristic whatever judge model
     /// was given (the host is expected to have built its pipelines on the offline model).
     pub offline: bool,
-    /// Documents ranked per case for the retrieval metrics (the query's `top_n`); at least 10.
+    /// Passages of the deep retrieval that gives recall@k for k above [`PROFILE_TOP_N`]; at
+    /// least 10 (10: no deep retrieval).
     pub retrieve_k: usize,
     /// Also run every case's full query and judge the answer.
     pub generate: bool,
@@ -108,6 +125,9 @@ pub struct EvalHarness {
     resolver: Arc<ProfileResolver>,
     /// Resolver for the retrieval metrics, when it differs (e.g. a larger context budget).
     retrieval_resolver: Option<Arc<ProfileResolver>>,
+    /// Resolver for the deep retrieval (recall above 10), when it differs (e.g. reranking
+    /// off); else the retrieval resolver.
+    depth_resolver: Option<Arc<ProfileResolver>>,
     judge_model: Option<Arc<dyn ChatModel>>,
 }
 
@@ -122,6 +142,8 @@ struct CaseRun {
 struct ProfileRun<'a> {
     profile: &'a str,
     retrieval: Arc<dyn RagPipeline>,
+    /// The deep retrieval's pipeline.
+    deep: Arc<dyn RagPipeline>,
     generation: Arc<dyn RagPipeline>,
     path: RetrievalPath,
     collection: &'a str,
@@ -179,17 +201,22 @@ impl ProfileRun<'_> {
         }
     }
 
-    async fn retrieve(&self, case: &EvalCase) -> Result<RagAnswer, EvalError> {
-        let query = RagQuery::new(case.question.clone(), self.collection.to_string())
-            .with_top_n(self.options.retrieve_k);
+    async fn retrieve(
+        &self,
+        pipeline: &dyn RagPipeline,
+        case: &EvalCase,
+        top_n: usize,
+    ) -> Result<RagAnswer, EvalError> {
+        let query =
+            RagQuery::new(case.question.clone(), self.collection.to_string()).with_top_n(top_n);
         let answer = match self.path {
-            RetrievalPath::RetrieveOnly => match self.retrieval.retriever() {
+            RetrievalPath::RetrieveOnly => match pipeline.retriever() {
                 Some(retriever) => retriever.retrieve(&query).await,
                 None => Err(crate::query::QueryError::RetrievalOnlyUnsupported {
-                    pipeline: self.retrieval.name().to_string(),
+                    pipeline: pipeline.name().to_string(),
                 }),
             },
-            RetrievalPath::FullQuery => self.retrieval.query(&query).await,
+            RetrievalPath::FullQuery => pipeline.query(&query).await,
         };
         answer.map_err(|e| self.query_error(case, e))
     }
@@ -197,10 +224,12 @@ impl ProfileRun<'_> {
     async fn run_case(&self, case: &EvalCase) -> Result<CaseRun, EvalError> {
         let mut stage_ms = BTreeMap::new();
         let started = Instant::now();
-        let answer = self.retrieve(case).await?;
+        let answer = self
+            .retrieve(self.retrieval.as_ref(), case, PROFILE_TOP_N)
+            .await?;
         let retrieval_ms = started.elapsed().as_secs_f64() * 1000.0;
         add_trace_stages(&mut stage_ms, "", &answer.trace);
-        let dropped = dropped_by_budget(&answer.trace);
+        let mut dropped = dropped_by_budget(&answer.trace);
 
         let ranked = rank_documents(&answer.citations, self.keys, case);
         let relevant: BTreeSet<String> = case
@@ -209,11 +238,27 @@ impl ProfileRun<'_> {
             .filter(|(_, grade)| **grade > 0)
             .map(|(key, _)| key.clone())
             .collect();
-        let recall_at = RECALL_KS
+        let mut recall_at: BTreeMap<String, f64> = RECALL_KS
             .iter()
-            .filter(|k| **k <= self.options.retrieve_k)
+            .filter(|k| **k <= PROFILE_TOP_N.min(self.options.retrieve_k))
             .map(|k| (k.to_string(), recall_at_k(&ranked, &relevant, *k)))
             .collect();
+        let mut depth = ranked.len();
+        if self.options.retrieve_k > PROFILE_TOP_N {
+            let deep = self
+                .retrieve(self.deep.as_ref(), case, self.options.retrieve_k)
+                .await?;
+            add_trace_stages(&mut stage_ms, "deep_retrieval.", &deep.trace);
+            dropped += dropped_by_budget(&deep.trace);
+            let deep_ranked = rank_documents(&deep.citations, self.keys, case);
+            depth = deep_ranked.len();
+            for k in RECALL_KS
+                .iter()
+                .filter(|k| **k > PROFILE_TOP_N && **k <= self.options.retrieve_k)
+            {
+                recall_at.insert(k.to_string(), recall_at_k(&deep_ranked, &relevant, *k));
+            }
+        }
         let first_relevant_rank = ranked
             .iter()
             .position(|key| relevant.contains(key))
@@ -248,7 +293,7 @@ impl ProfileRun<'_> {
                 id: case.id.clone(),
                 tags: case.tags.clone(),
                 gated: is_gated(case, &self.options.excluded_tags),
-                depth: ranked.len(),
+                depth,
                 first_relevant_rank,
                 ndcg_at_10: ndcg_at_k(&ranked, &case.relevant, 10),
                 mrr_at_10: mrr_at_k(&ranked, &relevant, 10),
@@ -273,8 +318,17 @@ impl EvalHarness {
             ingestion,
             resolver,
             retrieval_resolver: None,
+            depth_resolver: None,
             judge_model,
         }
+    }
+
+    /// Uses `resolver` for the deep retrieval (recall@k above [`PROFILE_TOP_N`]). Build it
+    /// with reranking off and a context budget large enough for `retrieve_k` passages: the
+    /// documents in a ranking that deep do not depend on how a reranker orders them.
+    pub fn with_depth_resolver(mut self, resolver: Arc<ProfileResolver>) -> Self {
+        self.depth_resolver = Some(resolver);
+        self
     }
 
     /// Uses `resolver` for the retrieval metrics (generation keeps the main resolver). Build it
@@ -381,6 +435,7 @@ impl EvalHarness {
     ) -> Result<EvalReport, EvalError> {
         Self::check_options(options)?;
         let retrieval_resolver = self.retrieval_resolver.as_ref().unwrap_or(&self.resolver);
+        let depth_resolver = self.depth_resolver.as_ref().unwrap_or(retrieval_resolver);
         // Resolve every profile before the (possibly long) ingestion: a typo fails at once.
         let mut pipelines = Vec::with_capacity(options.profiles.len());
         for profile in &options.profiles {
@@ -395,6 +450,7 @@ impl EvalHarness {
             pipelines.push((
                 profile.as_str(),
                 resolve(retrieval_resolver)?,
+                resolve(depth_resolver)?,
                 resolve(&self.resolver)?,
             ));
         }
@@ -445,7 +501,7 @@ impl EvalHarness {
         }
 
         let mut profiles = Vec::with_capacity(pipelines.len());
-        for (profile, retrieval, generation) in pipelines {
+        for (profile, retrieval, deep, generation) in pipelines {
             let path = if retrieval.retriever().is_some() {
                 RetrievalPath::RetrieveOnly
             } else {
@@ -454,6 +510,7 @@ impl EvalHarness {
             let run = ProfileRun {
                 profile,
                 retrieval,
+                deep,
                 generation,
                 path,
                 collection,
@@ -543,7 +600,7 @@ impl EvalHarness {
         let mut notes = Vec::new();
         if run.path == RetrievalPath::FullQuery {
             notes.push(format!(
-                "`{}` cannot run retrieval alone: its metrics rank the citations of its full query (top_n = {}), i.e. only the passages its answer cited",
+                "`{}` cannot run retrieval alone: its metrics rank the citations of its full queries (top_n = {PROFILE_TOP_N}, and {} for recall above {PROFILE_TOP_N}), i.e. only the passages its answers cited",
                 run.profile, run.options.retrieve_k
             ));
         }

@@ -227,7 +227,7 @@ pub fn render_markdown(report: &EvalReport) -> String {
     ));
     let ing = &report.ingestion;
     out.push_str(&format!(
-        "Ingestion of `{}`: {} sources ({} ingested, {} unchanged, {} removed, {} quarantined), {} chunks embedded, {} ms. Retrieval depth {} per query, {} cases at a time.\n\n",
+        "Ingestion of `{}`: {} sources ({} ingested, {} unchanged, {} removed, {} quarantined), {} chunks embedded, {} ms. Each profile ranks {} passages per query as configured (nDCG, MRR, recall@≤{}, p50); recall above that comes from a deep retrieval of {} passages with reranking off. {} cases at a time.\n\n",
         ing.collection,
         ing.sources_total,
         ing.sources_ingested,
@@ -236,6 +236,8 @@ pub fn render_markdown(report: &EvalReport) -> String {
         ing.quarantined.len(),
         ing.chunks_embedded,
         ing.duration_ms,
+        super::harness::PROFILE_TOP_N,
+        super::harness::PROFILE_TOP_N,
         report.retrieve_k,
         report.concurrency
     ));

@@ -327,6 +327,7 @@ async fn a_source_that_fails_to_load_keeps_its_last_good_content_marked_stale() 
                 vector: None,
                 k: 50,
                 rrf_k: 60.0,
+                fusion: Default::default(),
             },
         )
         .expect("search");

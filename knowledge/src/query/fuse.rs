@@ -4,8 +4,11 @@
 //! - one ranking (no transform, or a transform that degraded): `dedup`, first occurrence kept;
 //! - [`TransformKind::Union`] and several [`TransformKind::Replacement`] probes: `union`, the
 //!   maximum store score wins for a chunk seen in several rankings;
-//! - [`TransformKind::Fusion`]: `rrf`, Reciprocal Rank Fusion `Σ 1/(rrf_k + rank)` with 1-based
-//!   ranks and the same `rrf_k` as hybrid search, labelled [`ScoreOrigin::Rrf`].
+//! - [`TransformKind::Fusion`]: the method of `rag.retrieval.hybrid.fusion`, as for hybrid
+//!   search — `rrf`, Reciprocal Rank Fusion `Σ 1/(rrf_k + rank)` with 1-based ranks and the same
+//!   `rrf_k` as hybrid search, labelled [`ScoreOrigin::Rrf`]; or `convex`, the per-ranking
+//!   normalised scores (`rag.retrieval.hybrid.normalization`) averaged with equal weights,
+//!   labelled [`ScoreOrigin::Convex`].
 //!
 //! Results are independent of the order of the input rankings: scores are summed in a fixed
 //! order and ties are broken by chunk id. MMR, the optional second half, lives in `mmr`.
@@ -15,7 +18,9 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::transform::TransformKind;
-use crate::fusion::reciprocal_rank_fusion;
+use crate::fusion::{
+    FusionMethod, HybridFusion, Normalization, convex_fusion, reciprocal_rank_fusion,
+};
 use crate::types::{ScoreOrigin, ScoredChunk};
 
 /// How the rankings were combined.
@@ -25,6 +30,7 @@ pub enum FuseMethod {
     Dedup,
     Union,
     Rrf,
+    Convex,
 }
 
 impl FuseMethod {
@@ -33,14 +39,19 @@ impl FuseMethod {
             FuseMethod::Dedup => "dedup",
             FuseMethod::Union => "union",
             FuseMethod::Rrf => "rrf",
+            FuseMethod::Convex => "convex",
         }
     }
 
-    /// The method for `rankings` rankings produced by a transform of `kind`.
-    pub fn for_kind(kind: TransformKind, rankings: usize) -> Self {
+    /// The method for `rankings` rankings produced by a transform of `kind`, when fusion
+    /// rankings are combined by `fusion`.
+    pub fn for_kind(kind: TransformKind, rankings: usize, fusion: FusionMethod) -> Self {
         match (kind, rankings) {
             (_, 0 | 1) => FuseMethod::Dedup,
-            (TransformKind::Fusion, _) => FuseMethod::Rrf,
+            (TransformKind::Fusion, _) => match fusion {
+                FusionMethod::Rrf => FuseMethod::Rrf,
+                FusionMethod::Convex => FuseMethod::Convex,
+            },
             (TransformKind::Union | TransformKind::Replacement | TransformKind::None, _) => {
                 FuseMethod::Union
             }
@@ -115,17 +126,58 @@ pub fn rrf(rankings: Vec<Vec<ScoredChunk>>, rrf_k: f32) -> Vec<ScoredChunk> {
     out
 }
 
-/// Combines the rankings with the method `kind` calls for.
+/// Convex fusion of the rankings, each weighted equally: per-ranking `normalization` of the
+/// store scores, summed; labelled [`ScoreOrigin::Convex`].
+pub fn convex(rankings: Vec<Vec<ScoredChunk>>, normalization: Normalization) -> Vec<ScoredChunk> {
+    let rankings: Vec<Vec<ScoredChunk>> = rankings.into_iter().map(dedup).collect();
+    let weight = 1.0 / rankings.len().max(1) as f64;
+    let legs: Vec<(Vec<(&str, f64)>, f64)> = rankings
+        .iter()
+        .map(|ranking| {
+            (
+                ranking
+                    .iter()
+                    .map(|c| (c.chunk.id.as_str(), c.score as f64))
+                    .collect(),
+                weight,
+            )
+        })
+        .collect();
+    let fused = convex_fusion(&legs, normalization, usize::MAX);
+    let mut chunks: HashMap<&str, &ScoredChunk> = HashMap::new();
+    for candidate in rankings.iter().flatten() {
+        chunks
+            .entry(candidate.chunk.id.as_str())
+            .or_insert(candidate);
+    }
+    let mut out: Vec<ScoredChunk> = fused
+        .into_iter()
+        .filter_map(|(id, score)| {
+            chunks.get(id.as_str()).map(|candidate| ScoredChunk {
+                score: score as f32,
+                origin: ScoreOrigin::Convex,
+                ..(*candidate).clone()
+            })
+        })
+        .collect();
+    sort_by_score(&mut out);
+    out
+}
+
+/// Combines the rankings with the method `kind` (and, for fusion transforms, `fusion`) calls
+/// for.
 pub fn fuse(
     kind: TransformKind,
     rankings: Vec<Vec<ScoredChunk>>,
     rrf_k: f32,
+    fusion: &HybridFusion,
 ) -> (FuseMethod, Vec<ScoredChunk>) {
-    let method = FuseMethod::for_kind(kind, rankings.len());
+    let method = FuseMethod::for_kind(kind, rankings.len(), fusion.method);
     let fused = match method {
         FuseMethod::Dedup => dedup(rankings.into_iter().flatten().collect()),
         FuseMethod::Union => union_max(rankings),
         FuseMethod::Rrf => rrf(rankings, rrf_k),
+        FuseMethod::Convex => convex(rankings, fusion.normalization),
     };
     (method, fused)
 }
@@ -188,7 +240,12 @@ pub(crate) mod tests {
 
         let mut repeated = a.clone();
         repeated.push(chunk("x", 0.05, vec![]));
-        let (method, one) = fuse(TransformKind::Fusion, vec![repeated], 60.0);
+        let (method, one) = fuse(
+            TransformKind::Fusion,
+            vec![repeated],
+            60.0,
+            &HybridFusion::default(),
+        );
         assert_eq!(method, FuseMethod::Dedup);
         assert_eq!(ids(&one), vec!["x", "y"]);
         assert_eq!(one[0].score, 0.6, "a single ranking keeps its store scores");
@@ -196,26 +253,59 @@ pub(crate) mod tests {
 
     #[test]
     fn method_follows_the_transform_kind() {
+        let rrf = FusionMethod::Rrf;
         assert_eq!(
-            FuseMethod::for_kind(TransformKind::None, 1),
+            FuseMethod::for_kind(TransformKind::None, 1, rrf),
             FuseMethod::Dedup
         );
         assert_eq!(
-            FuseMethod::for_kind(TransformKind::Union, 3),
+            FuseMethod::for_kind(TransformKind::Union, 3, rrf),
             FuseMethod::Union
         );
         assert_eq!(
-            FuseMethod::for_kind(TransformKind::Fusion, 3),
+            FuseMethod::for_kind(TransformKind::Fusion, 3, rrf),
             FuseMethod::Rrf
         );
         assert_eq!(
-            FuseMethod::for_kind(TransformKind::Replacement, 2),
+            FuseMethod::for_kind(TransformKind::Fusion, 3, FusionMethod::Convex),
+            FuseMethod::Convex
+        );
+        assert_eq!(
+            FuseMethod::for_kind(TransformKind::Replacement, 2, FusionMethod::Convex),
             FuseMethod::Union
         );
         assert_eq!(
-            FuseMethod::for_kind(TransformKind::Fusion, 1),
+            FuseMethod::for_kind(TransformKind::Fusion, 1, FusionMethod::Convex),
             FuseMethod::Dedup
         );
+    }
+
+    #[test]
+    fn convex_averages_normalised_scores_of_the_rankings() {
+        let a = vec![
+            chunk("x", 0.9, vec![]),
+            chunk("y", 0.7, vec![]),
+            chunk("z", 0.5, vec![]),
+        ];
+        // Another scale: min-max puts both on [0, 1].
+        let b = vec![chunk("y", 30.0, vec![]), chunk("x", 10.0, vec![])];
+        let fusion = HybridFusion::convex(Normalization::MinMax, 0.5, 0.5);
+        let (method, fused) = fuse(TransformKind::Fusion, vec![a, b], 60.0, &fusion);
+        assert_eq!(method, FuseMethod::Convex);
+        // x: (1 + 0)/2; y: (0.5 + 1)/2; z: (0 + 0)/2.
+        assert_eq!(ids(&fused), vec!["y", "x", "z"]);
+        assert!((fused[0].score - 0.75).abs() < 1e-6);
+        assert!(fused.iter().all(|c| c.origin == ScoreOrigin::Convex));
+
+        // One candidate, and a ranking with no hits: nothing divides by zero.
+        let (_, single) = fuse(
+            TransformKind::Fusion,
+            vec![vec![chunk("only", 3.0, vec![])], vec![]],
+            60.0,
+            &fusion,
+        );
+        assert_eq!(ids(&single), vec!["only"]);
+        assert!(single[0].score.is_finite());
     }
 
     fn rankings_strategy() -> impl Strategy<Value = Vec<Vec<ScoredChunk>>> {
@@ -253,6 +343,24 @@ pub(crate) mod tests {
             unique.dedup();
             prop_assert_eq!(unique.len(), forward.len());
             prop_assert!(forward.iter().all(|c| c.origin == ScoreOrigin::Rrf));
+        }
+
+        #[test]
+        fn convex_is_a_permutation_of_the_union_of_the_rankings(
+            rankings in rankings_strategy(), zscore in any::<bool>(),
+        ) {
+            let normalization = if zscore { Normalization::ZScore } else { Normalization::MinMax };
+            let fused = convex(rankings.clone(), normalization);
+            let mut got = ids(&fused);
+            got.sort();
+            let mut want: Vec<&str> = rankings.iter().flatten().map(|c| c.chunk.id.as_str()).collect();
+            want.sort();
+            want.dedup();
+            prop_assert_eq!(got, want);
+            let mut reversed = rankings.clone();
+            reversed.reverse();
+            let backward = convex(reversed, normalization);
+            prop_assert_eq!(ids(&fused), ids(&backward));
         }
 
         #[test]

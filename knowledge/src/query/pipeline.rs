@@ -15,15 +15,17 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::assemble::{AssembledContext, assemble};
-use super::fuse::fuse;
+use super::fuse::{FuseMethod, fuse};
 use super::generate::{GenerateStep, all_citations, no_context_answer};
 use super::groundedness::GroundednessChecker;
 use super::mmr::mmr_reorder;
 use super::options::RagOptions;
+use super::rerank::blend::{BlendSettings, blend};
 use super::rerank::{Reranker, RerankerContext, RerankerFactory};
 use super::transform::{QueryTransformer, TransformKind, TransformerFactory};
 use super::{QueryError, RagPipeline, RagQuery, RetrieveOnly};
 use crate::embed::{Embedder, TokenCounter};
+use crate::settings::query::RerankBlend;
 use crate::store::{DocumentStore, SearchMode, SearchRequest};
 use crate::types::{RagAnswer, RagTrace, ScoredChunk};
 
@@ -130,6 +132,7 @@ impl StagedRagPipeline {
             vector: Some(vector),
             k,
             rrf_k: self.options.retrieval.rrf_k,
+            fusion: self.options.retrieval.fusion,
         };
         let store = self.deps.store.clone();
         let name = collection.to_string();
@@ -226,6 +229,11 @@ impl StagedRagPipeline {
                 "mode": if o.retrieval.hybrid { "hybrid" } else { "vector" },
                 "hybrid": o.retrieval.hybrid,
                 "rrf_k": o.retrieval.rrf_k,
+                "fusion": if o.retrieval.hybrid {
+                    o.retrieval.fusion.describe(o.retrieval.rrf_k)
+                } else {
+                    serde_json::Value::Null
+                },
                 "variants": texts.len(),
                 "min_score": o.retrieval.min_score,
                 "below_min_score": below_floor,
@@ -237,13 +245,21 @@ impl StagedRagPipeline {
 
         // 3. fuse (+ MMR)
         let started = Instant::now();
-        let (method, mut fused) = fuse(kind, rankings, o.retrieval.rrf_k);
+        let (method, mut fused) = fuse(kind, rankings, o.retrieval.rrf_k, &o.retrieval.fusion);
         let mut detail = json!({
             "method": method.as_str(),
             "in": retrieved,
             "out": fused.len(),
             "mmr": o.retrieval.mmr.enabled,
         });
+        match method {
+            FuseMethod::Rrf => detail["rrf_k"] = json!(o.retrieval.rrf_k),
+            FuseMethod::Convex => {
+                detail["normalization"] = json!(o.retrieval.fusion.normalization.as_str());
+                detail["weights"] = json!("equal");
+            }
+            FuseMethod::Dedup | FuseMethod::Union => {}
+        }
         if o.retrieval.mmr.enabled {
             let (reordered, outcome) = mmr_reorder(fused, o.retrieval.mmr.lambda);
             fused = reordered;
@@ -263,18 +279,7 @@ impl StagedRagPipeline {
         // 4. rerank
         let started = Instant::now();
         let (mut kept, detail) = match &self.reranker {
-            Some(reranker) => {
-                let outcome = reranker.rerank_traced(&q.text, fused, top_n).await?;
-                let detail = json!({
-                    "reranker": reranker.name(),
-                    "model": outcome.model,
-                    "candidates": fused_count,
-                    "kept": outcome.chunks.len().min(top_n),
-                    "top_n": top_n,
-                    "note": outcome.note,
-                });
-                (outcome.chunks, detail)
-            }
+            Some(reranker) => self.rerank(reranker.as_ref(), q, fused, top_n).await?,
             None => {
                 let mut truncated = fused;
                 truncated.truncate(top_n);
@@ -310,6 +315,64 @@ impl StagedRagPipeline {
             context,
             fused: fused_count,
         })
+    }
+
+    /// Stage 4 with a reranker: the first `rerank.candidates` fused candidates are reranked
+    /// (the rest follow in retrieval order), then blended with their retrieval order per
+    /// `rerank.blend`. Returns the chunks, best first, and the trace detail.
+    async fn rerank(
+        &self,
+        reranker: &dyn Reranker,
+        q: &RagQuery,
+        mut fused: Vec<ScoredChunk>,
+        top_n: usize,
+    ) -> Result<(Vec<ScoredChunk>, serde_json::Value), QueryError> {
+        let o = &self.options;
+        let candidates = fused.len();
+        let head_n = o.rerank.candidates.unwrap_or(candidates).min(candidates);
+        let tail = fused.split_off(head_n);
+        let head = fused;
+        let settings = BlendSettings {
+            blend: o.rerank.blend,
+            weight: o.rerank.blend_weight,
+            rrf_k: o.retrieval.rrf_k,
+            normalization: o.retrieval.fusion.normalization,
+        };
+        let (mut ranked, outcome) = match o.rerank.blend {
+            RerankBlend::Replace => {
+                let outcome = reranker.rerank_traced(&q.text, head, top_n).await?;
+                (outcome.chunks.clone(), outcome)
+            }
+            RerankBlend::Rrf | RerankBlend::Convex => {
+                let outcome = reranker
+                    .rerank_traced(&q.text, head.clone(), head_n)
+                    .await?;
+                (blend(head, outcome.chunks.clone(), &settings), outcome)
+            }
+        };
+        ranked.extend(tail);
+        ranked.truncate(top_n);
+        let mut detail = json!({
+            "reranker": reranker.name(),
+            "model": outcome.model,
+            "candidates": candidates,
+            "reranked": head_n,
+            "kept": ranked.len(),
+            "top_n": top_n,
+            "blend": o.rerank.blend.as_str(),
+            "note": outcome.note,
+        });
+        if o.rerank.blend != RerankBlend::Replace {
+            detail["blend_weight"] = json!(o.rerank.blend_weight);
+            match o.rerank.blend {
+                RerankBlend::Rrf => detail["rrf_k"] = json!(o.retrieval.rrf_k),
+                _ => detail["normalization"] = json!(o.retrieval.fusion.normalization.as_str()),
+            }
+        }
+        if let Some(chars) = o.rerank.max_passage_chars {
+            detail["max_passage_chars"] = json!(chars);
+        }
+        Ok((ranked, detail))
     }
 
     async fn generate(

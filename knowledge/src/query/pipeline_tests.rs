@@ -306,7 +306,7 @@ async fn quality_runs_the_groundedness_check_on_the_generated_answer() {
     )
     .await;
     assert_eq!(calls, 1);
-    assert_eq!(step(&answer, "retrieve").detail["candidate_k"], 100);
+    assert_eq!(step(&answer, "retrieve").detail["candidate_k"], 50);
     let ground = &step(&answer, "groundedness").detail;
     assert_eq!(ground["checker"], "heuristic");
     assert_eq!(ground["grounded"], true, "{ground}");
@@ -607,4 +607,112 @@ async fn the_llm_listwise_reranker_runs_inside_a_full_query() {
     assert_eq!(answer.citations[0].score_origin, ScoreOrigin::Rerank);
     let ranking_prompt = &chat.requests.lock().unwrap()[0];
     assert!(ranking_prompt.json_mode);
+}
+
+/// A model-free reranker: longer passages first, scored by their length.
+struct ByLength;
+
+#[async_trait::async_trait]
+impl super::rerank::Reranker for ByLength {
+    fn name(&self) -> &str {
+        "by-length"
+    }
+
+    async fn rerank(
+        &self,
+        _query: &str,
+        mut candidates: Vec<crate::types::ScoredChunk>,
+        top_n: usize,
+    ) -> Result<Vec<crate::types::ScoredChunk>, QueryError> {
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.chunk.text.len()));
+        candidates.truncate(top_n);
+        for c in &mut candidates {
+            c.score = c.chunk.text.len() as f32;
+            c.origin = ScoreOrigin::Rerank;
+        }
+        Ok(candidates)
+    }
+}
+
+#[tokio::test]
+async fn convex_fusion_and_rerank_blending_are_traced_and_labelled() {
+    let fx = fixture(None).await;
+    fx.deps
+        .rerankers
+        .register("by-length", &[], Arc::new(|_| Ok(Arc::new(ByLength))));
+    let question = RagQuery::new(
+        "How many days do customers have to request a refund?",
+        COLLECTION,
+    )
+    .with_top_n(3);
+
+    // The balanced preset fuses by convex fusion and blends the reranker in, and says so.
+    let rag = settings(serde_json::json!({"rerank": {"kind": "by-length"}}));
+    let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
+        .await
+        .unwrap();
+    let fusion = &step(&answer, "retrieve").detail["fusion"];
+    assert_eq!(fusion["method"], "convex");
+    assert_eq!(fusion["normalization"], "minmax");
+    assert_eq!(step(&answer, "rerank").detail["blend"], "convex");
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::RerankBlend)
+    );
+
+    // RRF and the reranker's order alone, as before.
+    let rag = settings(serde_json::json!({
+        "retrieval": {"hybrid": {"fusion": "rrf"}},
+        "rerank": {"kind": "by-length", "blend": "replace"}
+    }));
+    let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
+        .await
+        .unwrap();
+    assert_eq!(step(&answer, "retrieve").detail["fusion"]["method"], "rrf");
+    assert_eq!(step(&answer, "rerank").detail["blend"], "replace");
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::Rerank)
+    );
+
+    let rag = settings(serde_json::json!({
+        "retrieval": {"hybrid": {"fusion": "convex", "normalization": "zscore",
+                                 "vector_weight": 0.75, "bm25_weight": 0.25}},
+        "rerank": {"kind": "by-length", "blend": "rrf", "blend_weight": 0.25, "candidates": 6,
+                   "max_passage_chars": 200}
+    }));
+    let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
+        .await
+        .unwrap();
+    let fusion = &step(&answer, "retrieve").detail["fusion"];
+    assert_eq!(fusion["method"], "convex");
+    assert_eq!(fusion["normalization"], "zscore");
+    assert_eq!(fusion["weights"]["vector"], 0.75);
+    assert_eq!(fusion["weights"]["bm25"], 0.25);
+    let rerank = &step(&answer, "rerank").detail;
+    assert_eq!(rerank["blend"], "rrf");
+    assert_eq!(rerank["blend_weight"], 0.25);
+    assert_eq!(rerank["reranked"], 6);
+    assert_eq!(rerank["max_passage_chars"], 200);
+    assert_eq!(answer.citations.len(), 3);
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::RerankBlend),
+        "{:?}",
+        answer.citations
+    );
+
+    // Weights are checked when the options resolve, naming the key.
+    let bad = settings(serde_json::json!({"retrieval": {"hybrid": {"bm25_weight": -1}}}));
+    let err = resolve_options("balanced", &bad).unwrap_err().to_string();
+    assert!(err.contains("bm25_weight"), "{err}");
+    let bad = settings(serde_json::json!({"rerank": {"blend_weight": 1.5}}));
+    let err = resolve_options("balanced", &bad).unwrap_err().to_string();
+    assert!(err.contains("rerank.blend_weight"), "{err}");
 }

@@ -10,6 +10,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::SuspiciousAction;
+pub use crate::fusion::{FusionMethod, Normalization};
 
 /// `rag.retrieval:`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -22,7 +23,8 @@ pub struct RetrievalSettings {
     pub candidate_k: Option<usize>,
     /// Optional raw-score floor applied to store results (no floor by default).
     pub min_score: Option<f32>,
-    /// `hybrid: true|false` or `hybrid: { enabled, rrf_k }`.
+    /// `hybrid: true|false` or `hybrid: { enabled, rrf_k, fusion, normalization, vector_weight,
+    /// bm25_weight }`.
     pub hybrid: HybridSettings,
     pub mmr: MmrSettings,
 }
@@ -30,11 +32,20 @@ pub struct RetrievalSettings {
 /// `rag.retrieval.hybrid:` — also accepts the flat shorthand `hybrid: true`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HybridSettings {
-    /// BM25 + vector fused by RRF (preset: off for `fast`, on otherwise).
+    /// BM25 + vector fused (preset: off for `fast`, on otherwise).
     pub enabled: Option<bool>,
     /// Reciprocal Rank Fusion constant, shared by hybrid search and `rag-fusion` (default:
     /// `rag.store.rrf_k`, 60).
     pub rrf_k: Option<f32>,
+    /// How the legs are combined, in hybrid search and for `rag-fusion`: `rrf` (ranks only) or
+    /// `convex` (weighted sum of per-leg normalised scores). Preset per profile.
+    pub fusion: Option<FusionMethod>,
+    /// Per-leg normalisation for `convex`: `minmax` (default) or `zscore`.
+    pub normalization: Option<Normalization>,
+    /// Weight of the vector leg for `convex` (default 0.5).
+    pub vector_weight: Option<f32>,
+    /// Weight of the BM25 leg for `convex` (default 0.5).
+    pub bm25_weight: Option<f32>,
 }
 
 #[derive(Deserialize)]
@@ -43,6 +54,10 @@ pub struct HybridSettings {
 struct HybridSection {
     enabled: Option<bool>,
     rrf_k: Option<f32>,
+    fusion: Option<FusionMethod>,
+    normalization: Option<Normalization>,
+    vector_weight: Option<f32>,
+    bm25_weight: Option<f32>,
 }
 
 impl<'de> Deserialize<'de> for HybridSettings {
@@ -53,13 +68,16 @@ impl<'de> Deserialize<'de> for HybridSettings {
             type Value = HybridSettings;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a boolean (hybrid: true) or a map with `enabled` and `rrf_k`")
+                f.write_str(
+                    "a boolean (hybrid: true) or a map with `enabled`, `rrf_k`, `fusion`, \
+                     `normalization`, `vector_weight` and `bm25_weight`",
+                )
             }
 
             fn visit_bool<E: de::Error>(self, value: bool) -> Result<Self::Value, E> {
                 Ok(HybridSettings {
                     enabled: Some(value),
-                    rrf_k: None,
+                    ..HybridSettings::default()
                 })
             }
 
@@ -84,6 +102,10 @@ impl<'de> Deserialize<'de> for HybridSettings {
                 Ok(HybridSettings {
                     enabled: section.enabled,
                     rrf_k: section.rrf_k,
+                    fusion: section.fusion,
+                    normalization: section.normalization,
+                    vector_weight: section.vector_weight,
+                    bm25_weight: section.bm25_weight,
                 })
             }
         }
@@ -126,6 +148,43 @@ pub struct RerankSettings {
     /// Cross-encoder model folder name or path for the `onnx` reranker
     /// (default `ms-marco-MiniLM-L-12-v2`).
     pub model: Option<String>,
+    /// How the reranker's ranking meets the retrieval ranking: `replace` (the reranker's order
+    /// alone), `rrf` or `convex` (fused with the retrieval ranking). Preset per profile.
+    pub blend: Option<RerankBlend>,
+    /// Weight of the reranker in a blend, in [0, 1]; the retrieval ranking gets the rest
+    /// (default 0.5).
+    pub blend_weight: Option<f32>,
+    /// Rerank only the first this many fused candidates; the others follow in retrieval order
+    /// (default: all of them). Preset per profile.
+    pub candidates: Option<usize>,
+    /// Cut each passage to about this many characters (at a word boundary) before the
+    /// cross-encoder reads it (default: whole passages, up to the model's token limit).
+    /// Preset per profile.
+    pub max_passage_chars: Option<usize>,
+}
+
+/// `rag.rerank.blend`: how the reranker's ranking meets the retrieval ranking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RerankBlend {
+    /// The reranker's order replaces the retrieval order.
+    #[default]
+    Replace,
+    /// Reciprocal Rank Fusion of the two rankings (`rag.retrieval.hybrid.rrf_k`).
+    Rrf,
+    /// Weighted sum of the two rankings' normalised scores
+    /// (`rag.retrieval.hybrid.normalization`).
+    Convex,
+}
+
+impl RerankBlend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RerankBlend::Replace => "replace",
+            RerankBlend::Rrf => "rrf",
+            RerankBlend::Convex => "convex",
+        }
+    }
 }
 
 /// Layout of the assembled context.

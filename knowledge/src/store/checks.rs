@@ -140,6 +140,12 @@ pub(crate) fn check_search<'a>(
     if request.k == 0 {
         return Ok(None);
     }
+    if request.mode == SearchMode::Hybrid {
+        request
+            .fusion
+            .check()
+            .map_err(|reason| invalid(format!("hybrid fusion: {reason}")))?;
+    }
     let vector = match (&request.vector, request.mode) {
         (_, SearchMode::Bm25) => None,
         (None, mode) => {

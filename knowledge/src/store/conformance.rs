@@ -16,6 +16,7 @@ use super::{
     BatchOutcome, DocumentStore, SearchMode, SearchRequest, SourceBatch, SourceRecord, SourceWrite,
     StoreError,
 };
+use crate::fusion::{HybridFusion, Normalization};
 use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
 use crate::validate::{QuarantineEntry, QuarantineStore};
 
@@ -92,6 +93,7 @@ fn request(
         vector,
         k,
         rrf_k: 60.0,
+        fusion: Default::default(),
     }
 }
 
@@ -613,9 +615,9 @@ pub fn check_bm25_search(store: &dyn DocumentStore) {
     );
 }
 
-/// Hybrid search: RRF of the vector and BM25 rankings (`Σ 1/(rrf_k + rank)`), labelled `rrf`;
-/// without query text, or when BM25 finds nothing, the vector results pass through labelled
-/// `vector`.
+/// Hybrid search: RRF of the vector and BM25 rankings (`Σ 1/(rrf_k + rank)`), labelled `rrf`,
+/// or convex fusion of their normalised scores, labelled `convex` (weights checked); without
+/// query text, or when BM25 finds nothing, the vector results pass through labelled `vector`.
 pub fn check_hybrid_search(store: &dyn DocumentStore) {
     garden(store);
     let hybrid = request(
@@ -675,6 +677,23 @@ pub fn check_hybrid_search(store: &dyn DocumentStore) {
         );
         assert!((hits[0].score - 1.0).abs() < 1e-5);
     }
+
+    // Convex fusion: min-max normalised legs, weighted; k0 tops both legs, so it scores 1.
+    let convex = SearchRequest {
+        fusion: HybridFusion::convex(Normalization::MinMax, 0.5, 0.5),
+        ..hybrid.clone()
+    };
+    let hits = store.search("docs", &convex).expect("convex hybrid");
+    assert_eq!(hits[0].chunk.id, "k0");
+    assert!((hits[0].score - 1.0).abs() < 1e-6, "{}", hits[0].score);
+    assert!(hits.iter().all(|h| h.origin == ScoreOrigin::Convex));
+    // Weights are checked, naming the one at fault.
+    let bad = SearchRequest {
+        fusion: HybridFusion::convex(Normalization::ZScore, -1.0, 0.5),
+        ..hybrid.clone()
+    };
+    let err = store.search("docs", &bad).unwrap_err().to_string();
+    assert!(err.contains("vector_weight"), "{err}");
 }
 
 /// Malformed batches are refused with the reason, and change nothing.

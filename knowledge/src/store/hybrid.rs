@@ -1,10 +1,13 @@
-//! Hybrid search fusion: Reciprocal Rank Fusion of the vector and BM25 rankings
-//! (`score = Σ 1 / (rrf_k + rank)`, ranks 1-based), labelled [`ScoreOrigin::Rrf`]; when the
-//! lexical side has nothing to contribute, the vector results pass through with their own
-//! origin (reference: "Score provenance").
+//! Hybrid search fusion of the vector and BM25 rankings, by the request's [`HybridFusion`]:
+//! Reciprocal Rank Fusion (`score = Σ 1 / (rrf_k + rank)`, ranks 1-based), labelled
+//! [`ScoreOrigin::Rrf`], or convex score fusion (per-leg min-max or z-score normalisation, a
+//! weight per leg), labelled [`ScoreOrigin::Convex`]. When the lexical side has nothing to
+//! contribute, the vector results pass through with their own origin (reference: "Score
+//! provenance").
 
 use std::collections::HashMap;
 
+use crate::fusion::{FusionMethod, HybridFusion, convex_fusion};
 use crate::types::{ScoreOrigin, ScoredChunk};
 
 /// Hybrid search fetches this many times `k` candidates from each side before fusing.
@@ -34,11 +37,13 @@ pub fn reciprocal_rank_fusion<S: AsRef<str>>(
     crate::fusion::reciprocal_rank_fusion(rankings, rrf_k, limit)
 }
 
-/// Combines vector and BM25 results (each best first) into the `limit` hybrid results.
+/// Combines vector and BM25 results (each best first) into the `limit` hybrid results, by
+/// `fusion`'s method (`rrf_k` is RRF's constant).
 pub fn fuse_hybrid(
     vector: Vec<ScoredChunk>,
     bm25: Vec<ScoredChunk>,
     rrf_k: f32,
+    fusion: &HybridFusion,
     limit: usize,
 ) -> Vec<ScoredChunk> {
     if bm25.is_empty() {
@@ -46,14 +51,40 @@ pub fn fuse_hybrid(
         passthrough.truncate(limit);
         return passthrough;
     }
-    let rankings = [
-        vector
-            .iter()
-            .map(|s| s.chunk.id.clone())
-            .collect::<Vec<_>>(),
-        bm25.iter().map(|s| s.chunk.id.clone()).collect::<Vec<_>>(),
-    ];
-    let fused = reciprocal_rank_fusion(&rankings, rrf_k, limit);
+    let (fused, origin): (Vec<(String, f32)>, ScoreOrigin) = match fusion.method {
+        FusionMethod::Rrf => {
+            let rankings = [
+                vector
+                    .iter()
+                    .map(|s| s.chunk.id.clone())
+                    .collect::<Vec<_>>(),
+                bm25.iter().map(|s| s.chunk.id.clone()).collect::<Vec<_>>(),
+            ];
+            (
+                reciprocal_rank_fusion(&rankings, rrf_k, limit),
+                ScoreOrigin::Rrf,
+            )
+        }
+        FusionMethod::Convex => {
+            fn leg(hits: &[ScoredChunk], weight: f32) -> (Vec<(&str, f64)>, f64) {
+                (
+                    hits.iter()
+                        .map(|s| (s.chunk.id.as_str(), s.score as f64))
+                        .collect(),
+                    weight as f64,
+                )
+            }
+            let legs = [
+                leg(&vector, fusion.vector_weight),
+                leg(&bm25, fusion.bm25_weight),
+            ];
+            let fused = convex_fusion(&legs, fusion.normalization, limit)
+                .into_iter()
+                .map(|(id, score)| (id, score as f32))
+                .collect();
+            (fused, ScoreOrigin::Convex)
+        }
+    };
     let mut chunks: HashMap<String, ScoredChunk> = HashMap::new();
     for scored in vector.into_iter().chain(bm25) {
         chunks.entry(scored.chunk.id.clone()).or_insert(scored);
@@ -64,7 +95,7 @@ pub fn fuse_hybrid(
             chunks.remove(&id).map(|scored| ScoredChunk {
                 chunk: scored.chunk,
                 score,
-                origin: ScoreOrigin::Rrf,
+                origin,
             })
         })
         .collect()
@@ -73,6 +104,7 @@ pub fn fuse_hybrid(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fusion::Normalization;
     use crate::types::StoredChunk;
     use proptest::prelude::*;
 
@@ -157,14 +189,14 @@ mod tests {
                 .enumerate()
                 .map(|(i, id)| scored(id, 20.0 - i as f32, ScoreOrigin::Bm25))
                 .collect();
-            let fused = fuse_hybrid(vector_hits.clone(), lexical_hits.clone(), 60.0, limit);
+            let fused = fuse_hybrid(vector_hits.clone(), lexical_hits.clone(), 60.0, &HybridFusion::default(), limit);
             if lexical.is_empty() {
                 let mut expected = vector_hits;
                 expected.truncate(limit);
                 prop_assert_eq!(fused, expected);
             } else {
                 if !vector.is_empty() {
-                    let swapped = fuse_hybrid(lexical_hits, vector_hits, 60.0, limit);
+                    let swapped = fuse_hybrid(lexical_hits, vector_hits, 60.0, &HybridFusion::default(), limit);
                     prop_assert_eq!(&fused, &swapped);
                 }
                 let expected = reciprocal_rank_fusion(&[vector, lexical], 60.0, limit);
@@ -173,6 +205,37 @@ mod tests {
                     prop_assert_eq!(result.origin, ScoreOrigin::Rrf);
                     prop_assert_eq!(&result.chunk.id, id);
                     prop_assert_eq!(result.score, *score);
+                }
+            }
+        }
+
+        #[test]
+        fn convex_hybrid_is_a_permutation_of_the_union_labelled_convex(
+            vector in ranking(), lexical in ranking(), zscore in any::<bool>(), weight in 0.0f32..1.0,
+        ) {
+            let vector_hits: Vec<ScoredChunk> = vector
+                .iter()
+                .enumerate()
+                .map(|(i, id)| scored(id, 1.0 - i as f32 * 0.01, ScoreOrigin::Vector))
+                .collect();
+            let lexical_hits: Vec<ScoredChunk> = lexical
+                .iter()
+                .enumerate()
+                .map(|(i, id)| scored(id, 20.0 - i as f32, ScoreOrigin::Bm25))
+                .collect();
+            let normalization = if zscore { Normalization::ZScore } else { Normalization::MinMax };
+            let fusion = HybridFusion::convex(normalization, weight, 1.0 - weight);
+            let fused = fuse_hybrid(vector_hits.clone(), lexical_hits, 60.0, &fusion, usize::MAX);
+            if lexical.is_empty() {
+                prop_assert_eq!(fused, vector_hits);
+            } else {
+                let mut got: Vec<&String> = fused.iter().map(|c| &c.chunk.id).collect();
+                got.sort();
+                let union: Vec<&String> = vector.iter().chain(&lexical).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+                prop_assert_eq!(got, union);
+                prop_assert!(fused.iter().all(|c| c.origin == ScoreOrigin::Convex));
+                for pair in fused.windows(2) {
+                    prop_assert!(pair[0].score >= pair[1].score);
                 }
             }
         }

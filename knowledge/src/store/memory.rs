@@ -297,7 +297,7 @@ impl DocumentStore for InMemoryStore {
                         handle.resolve(handle.lexical.search(text, depth), ScoreOrigin::Bm25)
                     })
                     .unwrap_or_default();
-                fuse_hybrid(vector_hits, lexical_hits, search.rrf_k, k)
+                fuse_hybrid(vector_hits, lexical_hits, search.rrf_k, &request.fusion, k)
             }
         })
     }
@@ -486,6 +486,7 @@ mod agreement_tests {
                 vector: Some(query.clone()),
                 k: 8,
                 rrf_k: 60.0,
+                fusion: Default::default(),
             };
             let (a, b) = (
                 embedded.search("docs", &vector).unwrap(),
@@ -501,6 +502,7 @@ mod agreement_tests {
                 vector: None,
                 k: 100,
                 rrf_k: 60.0,
+                fusion: Default::default(),
             };
             let near = |x: f32, y: f32| (x - y).abs() <= 1e-5 * x.abs().max(1.0);
             let (a, b) = (
@@ -536,6 +538,7 @@ mod agreement_tests {
                 vector: Some(query),
                 k: 6,
                 rrf_k: 60.0,
+                fusion: Default::default(),
             };
             let (a, b) = (
                 embedded.search("docs", &hybrid).unwrap(),

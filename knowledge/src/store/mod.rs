@@ -20,6 +20,7 @@ pub use embedded::{CollectionConsistency, ConsistencyReport, EmbeddedStore};
 pub use hybrid::{hybrid_depths, reciprocal_rank_fusion};
 pub use memory::{InMemoryQuarantineStore, InMemoryStore};
 
+pub use crate::fusion::HybridFusion;
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
 
 /// Checks a collection name: letters, digits, `-`, `_`, `.`, at most 128 bytes, not starting
@@ -183,8 +184,10 @@ pub struct SearchRequest {
     pub vector: Option<Vec<f32>>,
     /// Results wanted.
     pub k: usize,
-    /// Reciprocal Rank Fusion constant (hybrid).
+    /// Reciprocal Rank Fusion constant (hybrid, RRF fusion).
     pub rrf_k: f32,
+    /// How a hybrid search combines its vector and BM25 legs (default: RRF).
+    pub fusion: HybridFusion,
 }
 
 /// The store port. Calls are blocking (sled and tantivy are synchronous): call them from
@@ -264,7 +267,8 @@ pub trait DocumentStore: Send + Sync {
         chunk_id: &str,
     ) -> Result<Option<StoredChunk>, StoreError>;
 
-    /// Vector, BM25 or hybrid (RRF) search; every result labelled with its score origin.
+    /// Vector, BM25 or hybrid (RRF or convex fusion) search; every result labelled with its
+    /// score origin.
     fn search(
         &self,
         collection: &str,

@@ -1,7 +1,10 @@
 //! The `onnx` (`cross-encoder`) reranker: scores every (question, candidate) pair with the
 //! local cross-encoder (`embed::CrossEncoder`, ms-marco-MiniLM-L-12-v2 by default: batched,
 //! length-sorted pairs truncated to 512 tokens) and keeps the `top_n` highest logits, labelled
-//! [`ScoreOrigin::Rerank`]. Equal logits keep retrieval order.
+//! [`ScoreOrigin::Rerank`]. Equal logits keep retrieval order. With
+//! `rag.rerank.max_passage_chars`, each passage is cut (at a word boundary) before it is
+//! tokenised: the cross-encoder's cost grows with the pair's length, and a passage's opening
+//! usually carries what decides its relevance.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,11 +21,38 @@ use crate::types::{ScoreOrigin, ScoredChunk};
 
 pub struct OnnxReranker {
     encoder: Arc<CrossEncoder>,
+    /// Passage cut in characters (`None`: whole passages).
+    max_passage_chars: Option<usize>,
+}
+
+/// `text` cut to at most `max_chars` characters, at the last whitespace inside the cut when
+/// there is one (a word is never split unless it alone exceeds the cut).
+pub fn cut_passage(text: &str, max_chars: usize) -> &str {
+    match text.char_indices().nth(max_chars) {
+        None => text,
+        Some((end, next)) if next.is_whitespace() => text[..end].trim_end(),
+        Some((end, _)) => {
+            let head = &text[..end];
+            match head.rfind(char::is_whitespace) {
+                Some(space) if space > 0 => head[..space].trim_end(),
+                _ => head,
+            }
+        }
+    }
 }
 
 impl OnnxReranker {
     pub fn new(encoder: Arc<CrossEncoder>) -> Self {
-        Self { encoder }
+        Self {
+            encoder,
+            max_passage_chars: None,
+        }
+    }
+
+    /// Cuts every passage to about `max_chars` characters before scoring.
+    pub fn with_max_passage_chars(mut self, max_chars: Option<usize>) -> Self {
+        self.max_passage_chars = max_chars;
+        self
     }
 
     /// The cross-encoder in use.
@@ -43,7 +73,13 @@ impl Reranker for OnnxReranker {
         candidates: Vec<ScoredChunk>,
         top_n: usize,
     ) -> Result<Vec<ScoredChunk>, QueryError> {
-        let passages: Vec<String> = candidates.iter().map(|c| c.chunk.text.clone()).collect();
+        let passages: Vec<String> = candidates
+            .iter()
+            .map(|c| match self.max_passage_chars {
+                Some(max) => cut_passage(&c.chunk.text, max).to_string(),
+                None => c.chunk.text.clone(),
+            })
+            .collect();
         let logits = self
             .encoder
             .score(query, passages)
@@ -116,8 +152,27 @@ pub fn onnx_builder(embedding: EmbeddingSettings) -> RerankerBuilder {
                 encoder
             }
         };
-        Ok(Arc::new(OnnxReranker::new(encoder)) as Arc<dyn Reranker>)
+        Ok(Arc::new(
+            OnnxReranker::new(encoder).with_max_passage_chars(ctx.options.max_passage_chars),
+        ) as Arc<dyn Reranker>)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_passage;
+
+    #[test]
+    fn passages_are_cut_at_a_word_boundary() {
+        assert_eq!(cut_passage("short text", 100), "short text");
+        assert_eq!(cut_passage("alpha beta gamma", 12), "alpha beta");
+        assert_eq!(cut_passage("alpha beta gamma", 10), "alpha beta");
+        assert_eq!(cut_passage("alpha beta gamma", 9), "alpha");
+        // A single long word is cut inside it; multi-byte characters stay whole.
+        assert_eq!(cut_passage("abcdefgh", 3), "abc");
+        assert_eq!(cut_passage("ééé ààà", 5), "ééé");
+        assert_eq!(cut_passage("", 5), "");
+    }
 }
 
 // The `onnx` reranker on the real ms-marco cross-encoder (its ranking, the memoised encoder,

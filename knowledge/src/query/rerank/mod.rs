@@ -17,6 +17,7 @@ use crate::registry::{Label, Registry};
 use crate::settings::EmbeddingSettings;
 use crate::types::ScoredChunk;
 
+pub mod blend;
 pub mod cross_encoder;
 pub mod listwise;
 

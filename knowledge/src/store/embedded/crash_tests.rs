@@ -322,6 +322,7 @@ fn verify(dir: &Path, acknowledged: usize, kill: KillPoint) -> usize {
         vector: None,
         k: sled_ids.len() + 10,
         rrf_k: 60.0,
+        fusion: Default::default(),
     };
     let mut found: Vec<String> = store
         .search(COLLECTION, &everything)
@@ -338,6 +339,7 @@ fn verify(dir: &Path, acknowledged: usize, kill: KillPoint) -> usize {
             vector: Some(vector_for(id, DIMS)),
             k: 1,
             rrf_k: 60.0,
+            fusion: Default::default(),
         };
         assert_eq!(&store.search(COLLECTION, &request).unwrap()[0].chunk.id, id);
     }

@@ -892,7 +892,13 @@ impl DocumentStore for EmbeddedStore {
                     }
                     None => Vec::new(),
                 };
-                Ok(fuse_hybrid(vector_hits, lexical_hits, search.rrf_k, k))
+                Ok(fuse_hybrid(
+                    vector_hits,
+                    lexical_hits,
+                    search.rrf_k,
+                    &request.fusion,
+                    k,
+                ))
             }
         }
     }

@@ -85,6 +85,7 @@ fn vector_request(vector: Vec<f32>, k: usize) -> SearchRequest {
         vector: Some(vector),
         k,
         rrf_k: 60.0,
+        fusion: Default::default(),
     }
 }
 
@@ -95,6 +96,7 @@ fn text_request(text: &str, k: usize) -> SearchRequest {
         vector: None,
         k,
         rrf_k: 60.0,
+        fusion: Default::default(),
     }
 }
 
@@ -197,6 +199,7 @@ fn replace_manifest_and_all_three_search_modes_round_trip() {
         vector: Some(vector_for("k0", D)),
         k: 3,
         rrf_k: 60.0,
+        fusion: Default::default(),
     };
     let hits = store.search("docs", &hybrid).unwrap();
     assert_eq!(hits[0].chunk.id, "k0");
