@@ -32,6 +32,11 @@ impl KnowledgeHost {
 
     /// Opens the store under `data_dir` (no model is loaded).
     pub fn open_store(config: &Config) -> anyhow::Result<Arc<EmbeddedStore>> {
+        if config.rag.store.provider == orkeon_knowledge::settings::StoreProvider::Postgres {
+            anyhow::bail!(
+                "rag.store.provider: postgres is not wired into the daemon yet (the provider is the orkeon-store-postgres crate); use `embedded`"
+            );
+        }
         let data_dir = &config.data_dir;
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;

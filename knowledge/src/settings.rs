@@ -196,10 +196,16 @@ impl ChunkingSettings {
     }
 }
 
-/// `rag.store:` — the embedded document store.
+/// `rag.store:` — the storage provider (documents, quarantine, runs) and the document store's
+/// search settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
+    /// Where documents, the quarantine and runs live: `embedded` (sled + tantivy in `data_dir`)
+    /// or `postgres` (PostgreSQL + pgvector, `rag.store.postgres`).
+    pub provider: StoreProvider,
+    /// The PostgreSQL provider's connection (used when `provider: postgres`).
+    pub postgres: PostgresSettings,
     /// Collections with at least this many chunks search an HNSW graph; smaller ones are
     /// scanned exactly.
     pub hnsw_threshold: usize,
@@ -220,6 +226,8 @@ pub struct StoreSettings {
 impl Default for StoreSettings {
     fn default() -> Self {
         Self {
+            provider: StoreProvider::Embedded,
+            postgres: PostgresSettings::default(),
             hnsw_threshold: 20_000,
             hnsw_ef_construction: 100,
             hnsw_ef_search: 100,
@@ -257,8 +265,89 @@ impl StoreSettings {
                 format!("must be a positive number, found {}", self.rrf_k),
             ));
         }
+        if self.provider == StoreProvider::Postgres {
+            self.postgres.check()?;
+        }
         Ok(())
     }
+}
+
+/// `rag.store.provider`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreProvider {
+    /// sled + tantivy + vector snapshots in `data_dir` (one process).
+    #[default]
+    Embedded,
+    /// PostgreSQL with pgvector (`rag.store.postgres`).
+    Postgres,
+}
+
+/// `rag.store.postgres:` — the PostgreSQL provider's connection. The password comes from the
+/// URL or from the environment variable named by `password_env`; it is never logged, and
+/// `orkeon config` shows the URL without it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresSettings {
+    /// `postgres://user[:password]@host[:port]/database` (or a `key=value` connection string).
+    pub url: Option<String>,
+    /// Name of the environment variable holding the password (wins over one in the URL).
+    pub password_env: Option<String>,
+    /// Connections in the pool.
+    pub pool_size: usize,
+    /// Longest one SQL statement may run, in milliseconds (0: no limit).
+    pub statement_timeout_ms: u64,
+    /// The schema holding Orkeon's tables (created when missing), so several deployments can
+    /// share one database.
+    pub schema: String,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            password_env: None,
+            pool_size: 8,
+            statement_timeout_ms: 30_000,
+            schema: "orkeon".into(),
+        }
+    }
+}
+
+impl PostgresSettings {
+    /// The first invalid value, as (key under `rag.store`, what is wrong).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.url.as_deref().is_none_or(|url| url.trim().is_empty()) {
+            return Err((
+                "postgres.url",
+                "is required with `rag.store.provider: postgres` (postgres://user@host:port/database)".into(),
+            ));
+        }
+        if self.pool_size == 0 {
+            return Err(("postgres.pool_size", "must be at least 1".into()));
+        }
+        if !valid_schema_name(&self.schema) {
+            return Err((
+                "postgres.schema",
+                format!(
+                    "'{}' is not a valid schema name: use lowercase letters, digits and '_', starting with a letter or '_' (max 63)",
+                    self.schema
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `name` is a plain PostgreSQL identifier Orkeon accepts as a schema name
+/// (`[a-z_][a-z0-9_]*`, at most 63 bytes): safe to write unquoted in SQL.
+pub fn valid_schema_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// The `rag:` section of the configuration (mirrors the reference's `Orkeon:Rag` table).

@@ -2,7 +2,8 @@
 //! inputs before touching its data, written once so the implementations refuse the same
 //! batches and requests with the same errors: a `replace_source` batch against its record and
 //! collection, a multi-source batch against itself, and a search request against its mode and
-//! the collection's profile.
+//! the collection's profile. Re-exported from `store` so providers in other crates
+//! (`orkeon-store-postgres`) apply the same checks.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -14,7 +15,7 @@ use crate::types::{EmbeddingProfile, StoredChunk};
 /// record's profile is the collection's, every chunk belongs to the record's source and has a
 /// vector of the collection's dimension, ids are unique and are exactly the record's
 /// `chunk_ids`.
-pub(crate) fn check_batch(
+pub fn check_batch(
     collection: &str,
     profile: &EmbeddingProfile,
     record: &SourceRecord,
@@ -65,7 +66,7 @@ pub(crate) fn check_batch(
 /// Checks a [`SourceBatch`] for `collection` recording `profile`: every write passes
 /// [`check_batch`], no source is named twice (among writes and deletes alike) and no chunk id
 /// is used by two writes.
-pub(crate) fn check_source_batch(
+pub fn check_source_batch(
     collection: &str,
     profile: &EmbeddingProfile,
     batch: &SourceBatch,
@@ -106,7 +107,7 @@ pub(crate) fn check_source_batch(
 
 /// A search request that passed [`check_search`].
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CheckedSearch<'a> {
+pub struct CheckedSearch<'a> {
     /// What to search with, per mode.
     pub query: CheckedQuery<'a>,
     /// Results wanted (never 0).
@@ -117,7 +118,7 @@ pub(crate) struct CheckedSearch<'a> {
 
 /// What each mode searches with; query vectors are L2-normalised, query texts non-blank.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum CheckedQuery<'a> {
+pub enum CheckedQuery<'a> {
     Vector(Vec<f32>),
     Bm25(&'a str),
     /// Without text, the hybrid search is the vector search.
@@ -127,7 +128,7 @@ pub(crate) enum CheckedQuery<'a> {
 /// Checks a search of `collection` (recording `profile`): `None` when nothing is wanted
 /// (`k == 0`); an [`StoreError::InvalidRequest`] when the mode lacks what it needs (a query
 /// vector for vector and hybrid, query text for BM25) or the vector has the wrong dimension.
-pub(crate) fn check_search<'a>(
+pub fn check_search<'a>(
     collection: &str,
     profile: &EmbeddingProfile,
     request: &'a SearchRequest,

@@ -15,9 +15,10 @@ mod exact_vectors;
 mod hybrid;
 mod memory;
 
+pub use checks::{CheckedQuery, CheckedSearch, check_batch, check_search, check_source_batch};
 pub use embedded::runs::SledRunStore;
 pub use embedded::{CollectionConsistency, ConsistencyReport, EmbeddedStore};
-pub use hybrid::{hybrid_depths, reciprocal_rank_fusion};
+pub use hybrid::{fuse_hybrid, hybrid_depths, reciprocal_rank_fusion};
 pub use memory::{InMemoryQuarantineStore, InMemoryStore};
 
 pub use crate::fusion::HybridFusion;

@@ -1,0 +1,173 @@
+//! Orkeon's storage provider on PostgreSQL + pgvector: the knowledge crate's [`DocumentStore`]
+//! and [`QuarantineStore`] ports and the crews crate's [`RunStore`] port over one connection
+//! pool, passing the same conformance suites as the embedded store. Selected by
+//! `rag.store.provider: postgres` (settings under `rag.store.postgres`).
+//!
+//! - [`bridge`]: why and how the synchronous ports drive the async driver (a private runtime).
+//! - [`schema`]: the tables and their versioned migrations, applied on open.
+//! - `documents`: collections, the manifest, chunks; vector (HNSW), lexical (`tsvector`) and
+//!   hybrid search (reciprocal rank fusion inside one SQL statement).
+//! - `quarantine`, `runs`: the other two ports.
+//!
+//! Crates: `tokio-postgres` (the maintained native async driver), `deadpool-postgres` (its
+//! pool: small, tokio-native, statement cache per connection) and `pgvector` (the `vector`
+//! type's binary encoding for `tokio-postgres`).
+
+mod bridge;
+mod connect;
+mod documents;
+mod quarantine;
+mod runs;
+pub mod schema;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use orkeon_knowledge::settings::{StoreSettings, valid_schema_name};
+use orkeon_knowledge::store::StoreError;
+use tokio_postgres::NoTls;
+
+pub use connect::redact_url;
+pub use runs::PostgresRunStore;
+pub use schema::SCHEMA_VERSION;
+
+use bridge::Bridge;
+use connect::Target;
+
+// For the doc links above.
+#[allow(unused_imports)]
+use {
+    orkeon_crews::run::store::RunStore, orkeon_knowledge::store::DocumentStore,
+    orkeon_knowledge::validate::QuarantineStore,
+};
+
+/// What every port of one store shares: the runtime, the pool and the settings.
+pub(crate) struct Shared {
+    pub pool: Pool,
+    pub settings: StoreSettings,
+    /// Last: dropped after the pool, whose connections are tasks on it.
+    bridge: Bridge,
+}
+
+impl Shared {
+    /// Runs `future` on the store's runtime and waits for it (see [`bridge`]).
+    pub(crate) fn run<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.bridge.run(future)
+    }
+}
+
+/// A pooled connection, or an I/O error naming what failed.
+pub(crate) async fn connection(pool: &Pool) -> Result<deadpool_postgres::Object, StoreError> {
+    pool.get()
+        .await
+        .map_err(|e| StoreError::Io(format!("cannot get a PostgreSQL connection: {e}")))
+}
+
+/// A driver error during `what`.
+pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
+    match error.as_db_error() {
+        Some(db) => StoreError::Io(format!(
+            "PostgreSQL {what}: {} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        )),
+        None => StoreError::Io(format!("PostgreSQL {what}: {error}")),
+    }
+}
+
+/// The PostgreSQL store: documents (as [`DocumentStore`]), its [`PostgresStore::quarantine`] and
+/// its [`PostgresStore::run_store`]. Cheap to clone; every clone shares one pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+}
+
+impl PostgresStore {
+    /// Connects with `settings.postgres`, creates the schema or migrates it, and opens a pool of
+    /// `pool_size` connections whose search path is that schema. Errors name the setting to fix
+    /// (never the password): an unreachable server or a refused login, a missing pgvector, a
+    /// schema newer than this build.
+    pub fn open(settings: &StoreSettings) -> Result<Self, StoreError> {
+        let postgres = &settings.postgres;
+        if !valid_schema_name(&postgres.schema) {
+            return Err(StoreError::InvalidSetting {
+                key: "postgres.schema",
+                reason: format!(
+                    "'{}' is not a valid schema name: use lowercase letters, digits and '_', starting with a letter or '_' (max 63)",
+                    postgres.schema
+                ),
+            });
+        }
+        let target = Target::from_settings(postgres)?;
+        let bridge = Bridge::new(2).map_err(|e| {
+            StoreError::Io(format!("cannot start the PostgreSQL store's runtime: {e}"))
+        })?;
+        let schema = postgres.schema.clone();
+        let setup = target.clone();
+        let extension_schema = bridge.run(async move {
+            let config = setup.with_session("public", 0);
+            let (mut client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|e| setup.connect_error(&e))?;
+            let driver = tokio::spawn(connection);
+            let result = async {
+                let extension_schema = schema::ensure_pgvector(&client).await?;
+                schema::migrate(&mut client, &schema, &extension_schema).await?;
+                Ok::<_, StoreError>(extension_schema)
+            }
+            .await
+            .map_err(|e| match e {
+                StoreError::Io(message) => StoreError::Io(setup.scrub(&message)),
+                other => other,
+            });
+            drop(client);
+            let _ = driver.await;
+            result
+        })?;
+        let search_path = format!("{},{extension_schema}", postgres.schema);
+        let manager = Manager::from_config(
+            target.with_session(&search_path, postgres.statement_timeout_ms),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(postgres.pool_size.max(1))
+            .build()
+            .map_err(|e| StoreError::InvalidSetting {
+                key: "postgres.pool_size",
+                reason: format!("cannot build the connection pool: {e}"),
+            })?;
+        tracing::info!(
+            database = %target.describe,
+            schema = %postgres.schema,
+            version = SCHEMA_VERSION,
+            "PostgreSQL store open"
+        );
+        Ok(Self {
+            shared: Arc::new(Shared {
+                pool,
+                settings: settings.clone(),
+                bridge,
+            }),
+        })
+    }
+
+    /// The quarantine in this store's database.
+    pub fn quarantine(&self) -> Arc<dyn QuarantineStore> {
+        Arc::new(quarantine::PostgresQuarantine::new(self.shared.clone()))
+    }
+
+    /// The run store in this store's database.
+    pub fn run_store(&self) -> PostgresRunStore {
+        PostgresRunStore::new(self.shared.clone())
+    }
+}

@@ -1,0 +1,259 @@
+//! The schema and its versioned migrations, applied by the store when it opens.
+//!
+//! Every table lives in the configured schema (`rag.store.postgres.schema`), so several
+//! deployments — and each conformance check — can share one database. `schema_migrations`
+//! records the versions applied; opening applies the missing ones in one transaction, under an
+//! advisory lock per schema (several daemons starting at once migrate once), and refuses a
+//! schema whose version is newer than this build knows.
+//!
+//! Version 1 (see [`V1`]):
+//! - `collections`: one row per collection — name, embedding profile, and the source and chunk
+//!   counts `commit_sources` keeps (so listing collections never counts rows).
+//! - `sources`: the manifest, one row per (collection, source).
+//! - `chunks`: every collection's chunks in one table — text, offsets, metadata (jsonb), content
+//!   hash, the embedding as an untyped `vector`, and a generated `tsvector` (english) under one
+//!   GIN index. pgvector's HNSW indexes need a fixed dimension, so each collection gets its own
+//!   partial expression index, `USING hnsw ((embedding::vector(d)) vector_cosine_ops) WHERE
+//!   collection_id = <id>`, created with the collection and dropped with it (see
+//!   `documents.rs`): one graph per collection, of its own dimension, searched only by its own
+//!   queries.
+//! - `quarantine`: one row per (collection, source).
+//! - `runs`, `run_events`, `run_keys`: run records (jsonb, with their state and last sequence
+//!   number as columns), their events by (run, seq), and idempotency keys by (crew, key). `runs`
+//!   also has `owner` and `lease_expires_at`, unused for now, for a fleet's leases.
+//!
+//! Identifiers and ids compare bytewise (`COLLATE "C"`), as the embedded store orders them.
+
+use orkeon_knowledge::store::StoreError;
+use tokio_postgres::Client;
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The migrations, in order: (version, description, SQL run with the schema first on the
+/// search path).
+const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "documents, quarantine and runs", V1)];
+
+/// Version 1.
+pub const V1: &str = r#"
+CREATE TABLE collections (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name text COLLATE "C" NOT NULL UNIQUE,
+    provider text NOT NULL,
+    model text NOT NULL,
+    dimensions integer NOT NULL CHECK (dimensions > 0),
+    source_count bigint NOT NULL DEFAULT 0,
+    chunk_count bigint NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE sources (
+    collection_id bigint NOT NULL REFERENCES collections (id) ON DELETE CASCADE,
+    source_id text COLLATE "C" NOT NULL,
+    content_hash text NOT NULL,
+    loader text NOT NULL,
+    chunking text NOT NULL,
+    embedding_profile text NOT NULL,
+    chunk_ids text[] NOT NULL,
+    ingested_at text NOT NULL,
+    validation text NOT NULL,
+    stale text,
+    PRIMARY KEY (collection_id, source_id)
+);
+
+CREATE TABLE chunks (
+    collection_id bigint NOT NULL REFERENCES collections (id) ON DELETE CASCADE,
+    id text COLLATE "C" NOT NULL,
+    source_id text COLLATE "C" NOT NULL,
+    ordinal bigint NOT NULL,
+    body text NOT NULL,
+    start_offset bigint NOT NULL,
+    end_offset bigint NOT NULL,
+    metadata jsonb NOT NULL,
+    content_hash text NOT NULL,
+    embedding vector NOT NULL,
+    lexemes tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, body)) STORED,
+    PRIMARY KEY (collection_id, id)
+);
+CREATE INDEX chunks_by_source ON chunks (collection_id, source_id, ordinal);
+CREATE INDEX chunks_lexemes ON chunks USING gin (lexemes);
+
+CREATE TABLE quarantine (
+    collection text COLLATE "C" NOT NULL,
+    source_id text COLLATE "C" NOT NULL,
+    reason text NOT NULL,
+    content_hash text NOT NULL,
+    quarantined_at text NOT NULL,
+    -- UTF-8 bytes: an excerpt of rejected content may hold NUL, which `text` cannot.
+    excerpt bytea NOT NULL,
+    PRIMARY KEY (collection, source_id)
+);
+
+CREATE TABLE runs (
+    run_id text COLLATE "C" PRIMARY KEY,
+    crew text COLLATE "C" NOT NULL,
+    state text NOT NULL,
+    last_seq bigint NOT NULL DEFAULT 0,
+    record jsonb NOT NULL,
+    owner text,
+    lease_expires_at timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX runs_running ON runs (run_id) WHERE state = 'running';
+
+CREATE TABLE run_events (
+    run_id text COLLATE "C" NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    at text NOT NULL,
+    event jsonb NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE run_keys (
+    crew text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    run_id text COLLATE "C" NOT NULL
+        REFERENCES runs (run_id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+    PRIMARY KEY (crew, key)
+);
+"#;
+
+/// The pgvector version this provider needs at least (HNSW iterative index scans).
+const MIN_PGVECTOR: (u32, u32) = (0, 8);
+
+fn io(context: &str, error: tokio_postgres::Error) -> StoreError {
+    crate::db_error(context, error)
+}
+
+/// Makes sure pgvector is installed (creating it when the user may) and recent enough; returns
+/// the schema it lives in.
+pub(crate) async fn ensure_pgvector(client: &Client) -> Result<String, StoreError> {
+    let installed = client
+        .query_opt(
+            "SELECT extversion, extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'vector'",
+            &[],
+        )
+        .await
+        .map_err(|e| io("reading pg_extension", e))?;
+    let row = match installed {
+        Some(row) => row,
+        None => {
+            client
+                .batch_execute("CREATE EXTENSION IF NOT EXISTS vector")
+                .await
+                .map_err(|e| StoreError::InvalidSetting {
+                    key: "postgres.url",
+                    reason: format!(
+                        "the database has no pgvector extension and this user cannot create it ({e}); run `CREATE EXTENSION vector;` in it as a superuser (pgvector 0.8 or newer)"
+                    ),
+                })?;
+            client
+                .query_one(
+                    "SELECT extversion, extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'vector'",
+                    &[],
+                )
+                .await
+                .map_err(|e| io("reading pg_extension", e))?
+        }
+    };
+    let version: String = row.get(0);
+    let schema: String = row.get(1);
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if found < MIN_PGVECTOR {
+        return Err(StoreError::InvalidSetting {
+            key: "postgres.url",
+            reason: format!(
+                "the database's pgvector is {version}; Orkeon needs {}.{} or newer (ALTER EXTENSION vector UPDATE)",
+                MIN_PGVECTOR.0, MIN_PGVECTOR.1
+            ),
+        });
+    }
+    if schema.is_empty()
+        || !schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(StoreError::InvalidSetting {
+            key: "postgres.url",
+            reason: format!(
+                "pgvector is installed in the schema '{schema}'; Orkeon needs it in a schema with a plain name (letters, digits, '_'), e.g. public"
+            ),
+        });
+    }
+    Ok(schema)
+}
+
+/// Creates `schema` when missing and applies the migrations it lacks, in one transaction under
+/// an advisory lock per schema. Returns the version the schema is at afterwards.
+pub(crate) async fn migrate(
+    client: &mut Client,
+    schema: &str,
+    extension_schema: &str,
+) -> Result<i32, StoreError> {
+    let transaction = client
+        .transaction()
+        .await
+        .map_err(|e| io("starting the migration", e))?;
+    transaction
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtext('orkeon-schema-migrations:' || $1::text))",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| io("locking the schema for migration", e))?;
+    // `schema` is checked by `valid_schema_name` (`[a-z_][a-z0-9_]*`): safe unquoted.
+    transaction
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema};
+             SET LOCAL search_path = {schema}, {extension_schema};
+             CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version integer PRIMARY KEY,
+                 description text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             );"
+        ))
+        .await
+        .map_err(|e| io(&format!("creating the schema {schema}"), e))?;
+    let current: i32 = transaction
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await
+        .map_err(|e| io("reading schema_migrations", e))?
+        .get(0);
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::InvalidSetting {
+            key: "postgres.schema",
+            reason: format!(
+                "the schema '{schema}' is at version {current}, newer than this orkeon build supports (version {SCHEMA_VERSION}); upgrade orkeon, or point rag.store.postgres.schema at another schema"
+            ),
+        });
+    }
+    for (version, description, sql) in MIGRATIONS.iter().filter(|(v, _, _)| *v > current) {
+        transaction
+            .batch_execute(sql)
+            .await
+            .map_err(|e| io(&format!("applying migration {version} ({description})"), e))?;
+        transaction
+            .execute(
+                "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+                &[version, description],
+            )
+            .await
+            .map_err(|e| io("recording a migration", e))?;
+        tracing::info!(
+            schema,
+            version,
+            description,
+            "applied a PostgreSQL migration"
+        );
+    }
+    transaction
+        .commit()
+        .await
+        .map_err(|e| io("committing the migration", e))?;
+    Ok(current.max(SCHEMA_VERSION))
+}

@@ -1,0 +1,308 @@
+//! The PostgreSQL provider against a real server: the storage conformance suites (documents,
+//! quarantine, runs — each check on a fresh schema), migrations, and connection errors.
+//!
+//! The server comes from `ORKEON_TEST_PG_URL` (+ `ORKEON_TEST_PG_PASSWORD`); `scripts/test-postgres
+//! start` starts one and prints both. Without the URL every test prints a loud skip line and
+//! returns, unless `ORKEON_REQUIRE_PG=1` (CI), where it fails.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use orkeon_crews::run::store::{RunStore, conformance as runs_conformance};
+use orkeon_knowledge::settings::{PostgresSettings, StoreProvider, StoreSettings};
+use orkeon_knowledge::store::{DocumentStore, conformance};
+use orkeon_store_postgres::{PostgresStore, SCHEMA_VERSION};
+
+const PASSWORD_VAR: &str = "ORKEON_TEST_PG_PASSWORD";
+
+/// The test server's URL, or `None` (after a loud skip line) when none is configured.
+fn server(test: &str) -> Option<String> {
+    match std::env::var("ORKEON_TEST_PG_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            if std::env::var("ORKEON_REQUIRE_PG").is_ok_and(|v| v == "1") {
+                panic!(
+                    "{test}: ORKEON_REQUIRE_PG=1 but ORKEON_TEST_PG_URL is not set; run `eval \"$(scripts/test-postgres start)\"` first"
+                );
+            }
+            eprintln!(
+                "\n*** SKIPPED {test}: ORKEON_TEST_PG_URL is not set (eval \"$(scripts/test-postgres start)\" to run the PostgreSQL tests) ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// Fresh schemas for one test, dropped (with everything in them) when it ends.
+struct Schemas {
+    url: String,
+    prefix: String,
+    created: Vec<String>,
+    next: AtomicUsize,
+}
+
+impl Schemas {
+    fn new(url: &str, test: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        Self {
+            url: url.to_string(),
+            prefix: format!("t_{test}_{}_{nanos}", std::process::id()),
+            created: Vec::new(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn settings(&mut self) -> StoreSettings {
+        let schema = format!(
+            "{}_{}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::SeqCst)
+        );
+        self.created.push(schema.clone());
+        settings(&self.url, &schema)
+    }
+
+    fn open(&mut self, tune: impl Fn(&mut StoreSettings)) -> PostgresStore {
+        let mut settings = self.settings();
+        tune(&mut settings);
+        PostgresStore::open(&settings).unwrap_or_else(|e| panic!("open: {e}"))
+    }
+}
+
+impl Drop for Schemas {
+    fn drop(&mut self) {
+        if self.created.is_empty() {
+            return;
+        }
+        let statements: String = self
+            .created
+            .iter()
+            .map(|schema| format!("DROP SCHEMA IF EXISTS {schema} CASCADE;"))
+            .collect();
+        execute(&self.url, &statements);
+    }
+}
+
+fn settings(url: &str, schema: &str) -> StoreSettings {
+    StoreSettings {
+        provider: StoreProvider::Postgres,
+        postgres: PostgresSettings {
+            url: Some(url.to_string()),
+            password_env: std::env::var(PASSWORD_VAR)
+                .is_ok()
+                .then(|| PASSWORD_VAR.to_string()),
+            pool_size: 4,
+            statement_timeout_ms: 60_000,
+            schema: schema.to_string(),
+        },
+        ..StoreSettings::default()
+    }
+}
+
+/// Runs `sql` on the test server with a connection of its own.
+fn execute(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut config: tokio_postgres::Config = url.parse().expect("ORKEON_TEST_PG_URL");
+        if let Ok(password) = std::env::var(PASSWORD_VAR) {
+            config.password(password);
+        }
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let driver = tokio::spawn(connection);
+        client.batch_execute(sql).await.expect("execute");
+        drop(client);
+        let _ = driver.await;
+    });
+}
+
+#[test]
+fn documents_pass_the_conformance_suite() {
+    let Some(url) = server("documents_pass_the_conformance_suite") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "docs");
+    conformance::document_store_suite(&mut || {
+        Arc::new(schemas.open(|_| {})) as Arc<dyn DocumentStore>
+    });
+}
+
+#[test]
+fn documents_pass_the_conformance_suite_on_hnsw_indexes() {
+    let Some(url) = server("documents_pass_the_conformance_suite_on_hnsw_indexes") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "hnsw");
+    conformance::document_store_suite(&mut || {
+        let store = schemas.open(|settings| settings.hnsw_threshold = 0);
+        Arc::new(store) as Arc<dyn DocumentStore>
+    });
+}
+
+#[test]
+fn the_quarantine_passes_the_conformance_suite() {
+    let Some(url) = server("the_quarantine_passes_the_conformance_suite") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "quarantine");
+    conformance::quarantine_store_suite(&mut || schemas.open(|_| {}).quarantine());
+}
+
+#[test]
+fn runs_pass_the_conformance_suite() {
+    let Some(url) = server("runs_pass_the_conformance_suite") else {
+        return;
+    };
+    let schemas = std::sync::Mutex::new(Schemas::new(&url, "runs"));
+    runs_conformance::run_all(&|| {
+        let store = schemas.lock().unwrap().open(|_| {});
+        Box::new(store.run_store()) as Box<dyn RunStore>
+    });
+}
+
+#[test]
+fn a_schema_of_a_newer_version_is_refused_naming_both_versions() {
+    let Some(url) = server("a_schema_of_a_newer_version_is_refused_naming_both_versions") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "newer");
+    let settings = schemas.settings();
+    let schema = settings.postgres.schema.clone();
+    drop(PostgresStore::open(&settings).expect("a fresh schema is created"));
+    // Opening again is a no-op migration.
+    drop(PostgresStore::open(&settings).expect("reopen"));
+    execute(
+        &url,
+        &format!(
+            "INSERT INTO {schema}.schema_migrations (version, description) VALUES ({}, 'from the future')",
+            SCHEMA_VERSION + 41
+        ),
+    );
+    let error = PostgresStore::open(&settings)
+        .err()
+        .expect("a newer schema is refused")
+        .to_string();
+    assert!(error.starts_with("rag.store.postgres.schema:"), "{error}");
+    assert!(
+        error.contains(&format!("version {}", SCHEMA_VERSION + 41)),
+        "{error}"
+    );
+    assert!(
+        error.contains(&format!("version {SCHEMA_VERSION}")),
+        "{error}"
+    );
+    assert!(error.contains(&schema), "{error}");
+}
+
+#[test]
+fn connection_errors_name_the_setting_and_never_the_password() {
+    let Some(url) = server("connection_errors_name_the_setting_and_never_the_password") else {
+        return;
+    };
+    let target: tokio_postgres::Config = url.parse().expect("ORKEON_TEST_PG_URL");
+    let user = target.get_user().unwrap_or("orkeon").to_string();
+    let port = target.get_ports().first().copied().unwrap_or(5432);
+    let database = target.get_dbname().unwrap_or("orkeon").to_string();
+    let secret = "not-the-password-7f3a";
+
+    // A wrong password in the URL.
+    let mut wrong = settings(
+        &format!("postgres://{user}:{secret}@127.0.0.1:{port}/{database}"),
+        "t_never_created",
+    );
+    wrong.postgres.password_env = None;
+    let error = PostgresStore::open(&wrong)
+        .err()
+        .expect("a wrong password is refused")
+        .to_string();
+    assert!(error.starts_with("rag.store.postgres.url:"), "{error}");
+    assert!(error.contains("refused the login"), "{error}");
+    assert!(!error.contains(secret), "the password leaked: {error}");
+
+    // The wrong password from a variable: the message names the variable, not its value.
+    let mut from_env = settings(&url, "t_never_created");
+    from_env.postgres.password_env = Some("ORKEON_TEST_PG_URL".into());
+    let error = PostgresStore::open(&from_env)
+        .err()
+        .expect("a wrong password is refused")
+        .to_string();
+    assert!(
+        error.starts_with("rag.store.postgres.password_env:"),
+        "{error}"
+    );
+    assert!(error.contains("ORKEON_TEST_PG_URL"), "{error}");
+
+    // Nothing listening.
+    let nowhere = settings(
+        &format!("postgres://{user}:{secret}@127.0.0.1:1/{database}"),
+        "t_never_created",
+    );
+    let error = PostgresStore::open(&nowhere)
+        .err()
+        .expect("no server")
+        .to_string();
+    assert!(error.starts_with("rag.store.postgres.url:"), "{error}");
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(!error.contains(secret), "the password leaked: {error}");
+}
+
+#[test]
+fn stores_work_from_inside_async_tasks() {
+    let Some(url) = server("stores_work_from_inside_async_tasks") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "async");
+    let store = schemas.open(|_| {});
+    // Workers of a multi-thread runtime (block_in_place)…
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let seen: Vec<usize> = runtime.block_on({
+        let store = store.clone();
+        async move {
+            let tasks: Vec<_> = (0..8)
+                .map(|i| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        store
+                            .ensure_collection(&format!("c{i}"), &conformance::profile())
+                            .expect("ensure_collection");
+                        store.collections().expect("collections").len()
+                    })
+                })
+                .collect();
+            let mut seen = Vec::new();
+            for task in tasks {
+                seen.push(task.await.expect("task"));
+            }
+            seen
+        }
+    });
+    assert!(seen.iter().all(|&n| (1..=8).contains(&n)), "{seen:?}");
+    // …a current-thread runtime (a plain wait), and a store dropped inside a runtime.
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let names = current.block_on(async move {
+        let names: Vec<String> = store
+            .collections()
+            .expect("collections")
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        drop(store);
+        names
+    });
+    assert_eq!(names, ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7"]);
+}
