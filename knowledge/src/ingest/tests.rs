@@ -591,7 +591,7 @@ async fn a_reindex_builds_beside_the_live_collection_and_a_failed_one_changes_no
             && message.contains("connection refused"),
         "{message}"
     );
-    let during = during.lock().unwrap();
+    let during = std::mem::take(&mut *during.lock().unwrap());
     assert_eq!(during.len(), 2, "two files were written into the rebuild");
     for seen in during.iter() {
         assert_eq!(
