@@ -438,7 +438,7 @@ impl IngestionPipeline {
         let total = expansion.sources.len();
         let mut in_flight: Option<CommitJob> = None;
         for (index, source) in expansion.sources.iter().enumerate() {
-            let outcome = self
+            let outcome = match self
                 .ingest_source(
                     target,
                     source,
@@ -448,7 +448,18 @@ impl IngestionPipeline {
                     profile,
                     report,
                 )
-                .await?;
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    // The previous commit finishes (or fails) before the error is reported, so
+                    // nothing writes to the target once the caller sees the error.
+                    if let Some(job) = in_flight.take() {
+                        let _ = job.handle.await;
+                    }
+                    return Err(error);
+                }
+            };
             if let Some(job) = in_flight.take() {
                 self.finish_commit(target, job, report).await?;
             }
