@@ -212,6 +212,16 @@ mod tests {
                 orkeon_knowledge::store::StoreError::UnknownCollection("kb".into()).into(),
                 Code::NotFound,
             ),
+            (
+                orkeon_knowledge::ingest::IngestError::ReindexAborted {
+                    collection: "kb".into(),
+                    source: Box::new(orkeon_knowledge::ingest::IngestError::Embed(
+                        orkeon_knowledge::embed::EmbedError::Inference("down".into()),
+                    )),
+                }
+                .into(),
+                Code::Unavailable,
+            ),
         ];
         for (error, code) in cases {
             let text = error.to_string();

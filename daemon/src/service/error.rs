@@ -67,6 +67,19 @@ impl ServiceError {
         Ok(())
     }
 
+    /// The same class of error with another message (a `NotFound` keeps its own).
+    fn reworded(self, message: String) -> Self {
+        match self {
+            ServiceError::InvalidArgument { field, .. } => Self::invalid(&field, message),
+            not_found @ ServiceError::NotFound { .. } => not_found,
+            ServiceError::FailedPrecondition(_) => ServiceError::FailedPrecondition(message),
+            ServiceError::Unauthenticated(_) => ServiceError::Unauthenticated(message),
+            ServiceError::Unavailable(_) => ServiceError::Unavailable(message),
+            ServiceError::ResourceExhausted(_) => ServiceError::ResourceExhausted(message),
+            ServiceError::Internal(_) => ServiceError::Internal(message),
+        }
+    }
+
     pub fn unknown_collection(name: &str, known: Vec<String>) -> Self {
         ServiceError::NotFound {
             kind: "collection".into(),
@@ -107,6 +120,10 @@ impl From<IngestError> for ServiceError {
             IngestError::Quarantine(_) | IngestError::Task(_) => ServiceError::Internal(message),
             // The caller asks for replace, or names the other sources too.
             IngestError::ReindexWouldPurge { .. } => Self::invalid("replace", message),
+            // Classified by its cause, with the message saying the collection is unchanged.
+            IngestError::ReindexAborted { source, .. } => {
+                ServiceError::from(*source).reworded(message)
+            }
         }
     }
 }

@@ -18,6 +18,12 @@
 //! - A collection recording another embedding profile fails loudly unless `reindex`; a
 //!   reindex rebuilds from the named sources only, so an additive reindex of a collection
 //!   holding other sources is refused rather than dropping them.
+//! - A reindex writes into a rebuild beside the live collection
+//!   ([`DocumentStore::begin_rebuild`]), which readers keep seeing whole until the rebuild is
+//!   published in one step at the end. On any error (including a source the collection holds
+//!   that cannot be loaded: its content would be lost) the rebuild is discarded, the live
+//!   collection is left as it was, and the error says so ([`IngestError::ReindexAborted`]).
+//!   Quarantine entries of a reindex are recorded once it is published.
 //! - Rejected documents (integrity or prompt injection) are quarantined, never searchable.
 //!
 //! Ingestion of one collection is serialised (concurrent requests for the same collection run
@@ -37,7 +43,10 @@ use crate::chunk::{ChunkError, build_chunker};
 use crate::embed::{EmbedError, Embedder};
 use crate::load::{self, LoadError, SourceRef};
 use crate::settings::{ChunkingSettings, IngestionSettings, SuspiciousAction};
-use crate::store::{DocumentStore, SourceBatch, SourceRecord, SourceWrite, StoreError};
+use crate::store::{
+    BatchOutcome, DocumentStore, Manifest, Rebuild, SourceBatch, SourceRecord, SourceWrite,
+    StoreError,
+};
 use crate::types::{Document, EmbeddingProfile, StoredChunk};
 use crate::validate::{
     InjectionValidator, IntegrityValidator, QuarantineEntry, QuarantineStore, Verdict,
@@ -84,8 +93,8 @@ pub struct IngestRequest {
     pub sources: Vec<String>,
     /// Chunker settings; the configured default when `None`.
     pub chunking: Option<ChunkingSettings>,
-    /// Purge the collection and rebuild it from the named sources (also the way to change
-    /// embedding profile).
+    /// Rebuild the collection from the named sources beside the live one, and swap it in
+    /// when complete (also the way to change embedding profile).
     pub reindex: bool,
     /// Additive (default) or replace (see [`IngestMode`]).
     #[serde(default)]
@@ -163,6 +172,16 @@ pub enum IngestError {
     ReindexWouldPurge {
         collection: String,
         others: Vec<String>,
+    },
+    /// A reindex failed part-way: its rebuild was discarded and the live collection was left
+    /// as it was. `source` says why.
+    #[error(
+        "reindexing collection '{collection}' failed, so its rebuild was discarded and the collection is unchanged: {source}"
+    )]
+    ReindexAborted {
+        collection: String,
+        #[source]
+        source: Box<IngestError>,
     },
 }
 
@@ -284,43 +303,103 @@ impl IngestionPipeline {
         report.sources_total = expansion.sources.len();
         let wanted: BTreeSet<&str> = expansion.sources.iter().map(|s| s.id.as_str()).collect();
 
-        // Profile drift and reindex.
+        // Profile drift and reindex: a reindex builds into a rebuild beside the live
+        // collection, which readers keep seeing until the rebuild is published whole.
         let manifest = self.store.manifest(collection)?;
-        if request.reindex {
+        let target = if request.reindex {
+            let live_files: BTreeSet<String> = manifest
+                .sources
+                .iter()
+                .map(|r| file_of(&r.source_id).to_string())
+                .collect();
             if request.mode == IngestMode::Additive {
-                let others: BTreeSet<String> = manifest
-                    .sources
+                let others: Vec<String> = live_files
                     .iter()
-                    .map(|r| file_of(&r.source_id))
-                    .filter(|file| !wanted.contains(file))
-                    .map(str::to_string)
+                    .filter(|file| !wanted.contains(file.as_str()))
+                    .cloned()
                     .collect();
                 if !others.is_empty() {
                     return Err(IngestError::ReindexWouldPurge {
                         collection: collection.to_string(),
-                        others: others.into_iter().collect(),
+                        others,
                     });
                 }
             }
-            if manifest.profile.is_some() || !manifest.sources.is_empty() {
-                self.store.drop_collection(collection)?;
+            let rebuild = self.store.begin_rebuild(collection, &profile)?;
+            Target::rebuild(rebuild, live_files)
+        } else {
+            if let Some(recorded) = &manifest.profile
+                && recorded != &profile
+            {
+                return Err(StoreError::ProfileMismatch {
+                    collection: collection.to_string(),
+                    recorded: recorded.to_string(),
+                    active: profile_label,
+                }
+                .into());
             }
-        } else if let Some(recorded) = &manifest.profile
-            && recorded != &profile
-        {
-            return Err(StoreError::ProfileMismatch {
-                collection: collection.to_string(),
-                recorded: recorded.to_string(),
-                active: profile_label,
-            }
-            .into());
-        }
-        self.store.ensure_collection(collection, &profile)?;
+            self.store.ensure_collection(collection, &profile)?;
+            Target::live(collection)
+        };
+        let target = Arc::new(target);
+        let guard = RebuildGuard {
+            store: self.store.clone(),
+            rebuild: target.rebuild.clone(),
+        };
         let manifest = if request.reindex {
-            self.store.manifest(collection)?
+            Manifest::default()
         } else {
             manifest
         };
+        let written = self
+            .write_sources(
+                &target,
+                request,
+                &expansion,
+                manifest,
+                &*chunker,
+                &chunking_label,
+                &profile,
+                progress,
+                &mut report,
+            )
+            .await;
+        guard.finish(&target, written, &self.quarantine).await?;
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        tracing::info!(
+            collection,
+            sources_total = report.sources_total,
+            ingested = report.sources_ingested,
+            skipped = report.sources_skipped,
+            removed = report.sources_removed,
+            chunks_embedded = report.chunks_embedded,
+            quarantined = report.quarantined.len(),
+            stale = report.stale.len(),
+            mode = request.mode.as_str(),
+            duration_ms = report.duration_ms,
+            "ingestion finished"
+        );
+        Ok(report)
+    }
+
+    /// Writes the request's sources into `target` (the live collection, or a reindex's
+    /// rebuild): purges what a replace no longer names, then loads, validates, chunks, embeds
+    /// and commits source after source.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_sources(
+        &self,
+        target: &Arc<Target>,
+        request: &IngestRequest,
+        expansion: &load::Expansion,
+        manifest: Manifest,
+        chunker: &dyn crate::chunk::Chunker,
+        chunking_label: &str,
+        profile: &EmbeddingProfile,
+        progress: Option<&(dyn Fn(IngestProgress) + Send + Sync)>,
+        report: &mut IngestReport,
+    ) -> Result<(), IngestError> {
+        let collection = target.collection.as_str();
+        let wanted: BTreeSet<&str> = expansion.sources.iter().map(|s| s.id.as_str()).collect();
         for entry in &manifest.corrupt_entries {
             report.warnings.push(format!(
                 "manifest entry '{entry}' of collection '{collection}' is corrupt; its source is re-ingested in full"
@@ -342,7 +421,7 @@ impl IngestionPipeline {
             if !purged.is_empty() {
                 let outcome = self
                     .commit(
-                        collection,
+                        target,
                         SourceBatch {
                             writes: Vec::new(),
                             deletes: purged,
@@ -359,19 +438,30 @@ impl IngestionPipeline {
         let total = expansion.sources.len();
         let mut in_flight: Option<CommitJob> = None;
         for (index, source) in expansion.sources.iter().enumerate() {
-            let outcome = self
+            let outcome = match self
                 .ingest_source(
-                    collection,
+                    target,
                     source,
                     &records,
-                    &*chunker,
-                    &chunking_label,
-                    &profile,
-                    &mut report,
+                    chunker,
+                    chunking_label,
+                    profile,
+                    report,
                 )
-                .await?;
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    // The previous commit finishes (or fails) before the error is reported, so
+                    // nothing writes to the target once the caller sees the error.
+                    if let Some(job) = in_flight.take() {
+                        let _ = job.handle.await;
+                    }
+                    return Err(error);
+                }
+            };
             if let Some(job) = in_flight.take() {
-                self.finish_commit(collection, job, &mut report).await?;
+                self.finish_commit(target, job, report).await?;
             }
             match outcome {
                 SourceOutcome::Skipped => report.sources_skipped += 1,
@@ -387,29 +477,15 @@ impl IngestionPipeline {
             }
         }
         if let Some(job) = in_flight.take() {
-            self.finish_commit(collection, job, &mut report).await?;
+            self.finish_commit(target, job, report).await?;
         }
-        report.duration_ms = started.elapsed().as_millis() as u64;
-        tracing::info!(
-            collection,
-            sources_total = report.sources_total,
-            ingested = report.sources_ingested,
-            skipped = report.sources_skipped,
-            removed = report.sources_removed,
-            chunks_embedded = report.chunks_embedded,
-            quarantined = report.quarantined.len(),
-            stale = report.stale.len(),
-            mode = request.mode.as_str(),
-            duration_ms = report.duration_ms,
-            "ingestion finished"
-        );
-        Ok(report)
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn ingest_source(
         &self,
-        collection: &str,
+        target: &Arc<Target>,
         source: &SourceRef,
         records: &BTreeMap<String, SourceRecord>,
         chunker: &dyn crate::chunk::Chunker,
@@ -417,15 +493,19 @@ impl IngestionPipeline {
         profile: &EmbeddingProfile,
         report: &mut IngestReport,
     ) -> Result<SourceOutcome, IngestError> {
+        let collection = target.collection.as_str();
         let profile_label = profile.to_string();
         let previous = part_ids_of(records, &source.id);
 
         let raw = match load::fetch(source, &self.settings).await {
             Ok(raw) => raw,
             Err(error) => {
+                if target.reindexes(source) {
+                    return Err(error.into());
+                }
                 let reason = format!("could not be read: {error}");
                 return self
-                    .load_failed(collection, source, records, &previous, &reason, report)
+                    .load_failed(target, source, records, &previous, &reason, report)
                     .await;
             }
         };
@@ -450,7 +530,7 @@ impl IngestionPipeline {
             let excerpt = excerpt_of(&String::from_utf8_lossy(&raw.bytes));
             let reason = reasons.join("; ");
             self.reject(
-                collection, source, &previous, &file_hash, &reason, &excerpt, report,
+                target, source, &previous, &file_hash, &reason, &excerpt, report,
             )
             .await?;
             return Ok(SourceOutcome::Quarantined);
@@ -460,16 +540,17 @@ impl IngestionPipeline {
         let documents = match parsed {
             Ok(documents) => documents,
             Err(error) => {
+                if target.reindexes(source) {
+                    return Err(error.into());
+                }
                 let reason = format!("could not be parsed: {error}");
                 if previous.is_empty() {
-                    self.reject(
-                        collection, source, &previous, &file_hash, &reason, "", report,
-                    )
-                    .await?;
+                    self.reject(target, source, &previous, &file_hash, &reason, "", report)
+                        .await?;
                     return Ok(SourceOutcome::Quarantined);
                 }
                 return self
-                    .load_failed(collection, source, records, &previous, &reason, report)
+                    .load_failed(target, source, records, &previous, &reason, report)
                     .await;
             }
         };
@@ -490,7 +571,7 @@ impl IngestionPipeline {
                 DocumentVerdict::Refuse(reason) => {
                     let excerpt = excerpt_of(&document.text);
                     self.quarantine_entry(
-                        collection,
+                        target,
                         &document.source_id,
                         &file_hash,
                         &reason,
@@ -584,7 +665,7 @@ impl IngestionPipeline {
             if !previous.is_empty() {
                 let outcome = self
                     .commit(
-                        collection,
+                        target,
                         SourceBatch {
                             writes: Vec::new(),
                             deletes: previous.iter().map(|id| id.to_string()).collect(),
@@ -598,7 +679,7 @@ impl IngestionPipeline {
         // Every part, and the removal of the parts that disappeared, in ONE batch — started
         // now, awaited by the caller after it has prepared the next source.
         let store = self.store.clone();
-        let collection_owned = collection.to_string();
+        let writer = Arc::clone(target);
         let batch = SourceBatch {
             writes: pending
                 .into_iter()
@@ -612,8 +693,8 @@ impl IngestionPipeline {
         };
         let upserted: usize = batch.writes.iter().map(|w| w.chunks.len()).sum();
         let handle = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
-            store
-                .commit_sources(&collection_owned, batch)
+            writer
+                .commit(&*store, batch)
                 .map(|outcome| outcome.sources_deleted)
         });
         Ok(SourceOutcome::Ready(CommitJob {
@@ -626,7 +707,7 @@ impl IngestionPipeline {
     /// Waits for a source's commit and records its outcome.
     async fn finish_commit(
         &self,
-        collection: &str,
+        target: &Target,
         job: CommitJob,
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
@@ -639,7 +720,7 @@ impl IngestionPipeline {
         report.sources_ingested += 1;
         for part in &job.kept_parts {
             self.quarantine
-                .remove(collection, part)
+                .remove(&target.collection, part)
                 .map_err(|e| IngestError::Quarantine(e.to_string()))?;
         }
         Ok(())
@@ -667,15 +748,15 @@ impl IngestionPipeline {
         }
     }
 
-    /// Commits a batch on a blocking thread.
+    /// Commits a batch to `target` on a blocking thread.
     async fn commit(
         &self,
-        collection: &str,
+        target: &Arc<Target>,
         batch: SourceBatch,
     ) -> Result<crate::store::BatchOutcome, IngestError> {
         let store = self.store.clone();
-        let collection = collection.to_string();
-        let outcome = tokio::task::spawn_blocking(move || store.commit_sources(&collection, batch))
+        let target = Arc::clone(target);
+        let outcome = tokio::task::spawn_blocking(move || target.commit(&*store, batch))
             .await
             .map_err(|e| IngestError::Task(e.to_string()))??;
         Ok(outcome)
@@ -686,15 +767,16 @@ impl IngestionPipeline {
     /// they already carry that mark); a source never ingested is quarantined.
     async fn load_failed(
         &self,
-        collection: &str,
+        target: &Arc<Target>,
         source: &SourceRef,
         records: &BTreeMap<String, SourceRecord>,
         previous: &[&str],
         reason: &str,
         report: &mut IngestReport,
     ) -> Result<SourceOutcome, IngestError> {
+        let collection = target.collection.as_str();
         if previous.is_empty() {
-            self.reject(collection, source, previous, "", reason, "", report)
+            self.reject(target, source, previous, "", reason, "", report)
                 .await?;
             return Ok(SourceOutcome::Quarantined);
         }
@@ -728,7 +810,7 @@ impl IngestionPipeline {
             writes.push(SourceWrite { record, chunks });
         }
         self.commit(
-            collection,
+            target,
             SourceBatch {
                 writes,
                 deletes: Vec::new(),
@@ -742,7 +824,7 @@ impl IngestionPipeline {
     #[allow(clippy::too_many_arguments)]
     async fn reject(
         &self,
-        collection: &str,
+        target: &Arc<Target>,
         source: &SourceRef,
         previous: &[&str],
         hash: &str,
@@ -750,11 +832,12 @@ impl IngestionPipeline {
         excerpt: &str,
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
-        self.quarantine_entry(collection, &source.id, hash, reason, excerpt)?;
+        let collection = target.collection.as_str();
+        self.quarantine_entry(target, &source.id, hash, reason, excerpt)?;
         if !previous.is_empty() {
             let outcome = self
                 .commit(
-                    collection,
+                    target,
                     SourceBatch {
                         writes: Vec::new(),
                         deletes: previous.iter().map(|id| id.to_string()).collect(),
@@ -771,24 +854,155 @@ impl IngestionPipeline {
         Ok(())
     }
 
+    /// Quarantines a source (for a reindex, once its rebuild is published).
     fn quarantine_entry(
         &self,
-        collection: &str,
+        target: &Target,
         source_id: &str,
         hash: &str,
         reason: &str,
         excerpt: &str,
     ) -> Result<(), IngestError> {
+        let entry = QuarantineEntry {
+            collection: target.collection.clone(),
+            source_id: source_id.to_string(),
+            reason: reason.to_string(),
+            content_hash: hash.to_string(),
+            quarantined_at: now_rfc3339(),
+            excerpt: excerpt.to_string(),
+        };
+        if target.rebuild.is_some() {
+            target
+                .deferred
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(entry);
+            return Ok(());
+        }
         self.quarantine
-            .put(&QuarantineEntry {
-                collection: collection.to_string(),
-                source_id: source_id.to_string(),
-                reason: reason.to_string(),
-                content_hash: hash.to_string(),
-                quarantined_at: now_rfc3339(),
-                excerpt: excerpt.to_string(),
-            })
+            .put(&entry)
             .map_err(|e| IngestError::Quarantine(e.to_string()))
+    }
+}
+
+/// Where one ingestion writes: the live collection, or — for a reindex — a rebuild beside it
+/// that is published once every source is in.
+struct Target {
+    collection: String,
+    rebuild: Option<Rebuild>,
+    /// Reindex: the files the live collection holds. One of them failing to load fails the
+    /// reindex (publishing without it would lose its last good content).
+    live_files: BTreeSet<String>,
+    /// Reindex: quarantine entries recorded once the rebuild is published (recorded earlier, a
+    /// source the live collection still serves would be quarantined and searchable at once if
+    /// the reindex then failed).
+    deferred: Mutex<Vec<QuarantineEntry>>,
+}
+
+impl Target {
+    fn live(collection: &str) -> Self {
+        Self {
+            collection: collection.to_string(),
+            rebuild: None,
+            live_files: BTreeSet::new(),
+            deferred: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn rebuild(rebuild: Rebuild, live_files: BTreeSet<String>) -> Self {
+        Self {
+            collection: rebuild.collection().to_string(),
+            rebuild: Some(rebuild),
+            live_files,
+            deferred: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Commits a batch (blocking).
+    fn commit(
+        &self,
+        store: &dyn DocumentStore,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
+        match &self.rebuild {
+            Some(rebuild) => store.commit_rebuild(rebuild, batch),
+            None => store.commit_sources(&self.collection, batch),
+        }
+    }
+
+    /// Whether this is a reindex of a collection holding `source`: then failing to load it
+    /// fails the reindex.
+    fn reindexes(&self, source: &SourceRef) -> bool {
+        self.rebuild.is_some() && self.live_files.contains(&source.id)
+    }
+}
+
+/// Ends a reindex's rebuild: published when the sources were written, discarded otherwise —
+/// also when the ingestion is dropped half-way (a caller gone), so no rebuild outlives it.
+struct RebuildGuard {
+    store: Arc<dyn DocumentStore>,
+    rebuild: Option<Rebuild>,
+}
+
+impl RebuildGuard {
+    /// Publishes the rebuild after `written` succeeded (then records the deferred quarantine
+    /// entries), or discards it and reports the failure as [`IngestError::ReindexAborted`].
+    /// Without a rebuild, passes `written` through.
+    async fn finish(
+        mut self,
+        target: &Target,
+        written: Result<(), IngestError>,
+        quarantine: &Arc<dyn QuarantineStore>,
+    ) -> Result<(), IngestError> {
+        let Some(rebuild) = self.rebuild.take() else {
+            return written;
+        };
+        let store = self.store.clone();
+        let outcome = match written {
+            Ok(()) => {
+                let (store, rebuild) = (store.clone(), rebuild.clone());
+                tokio::task::spawn_blocking(move || store.publish_rebuild(&rebuild))
+                    .await
+                    .map_err(|e| IngestError::Task(e.to_string()))
+                    .and_then(|published| published.map_err(IngestError::from))
+            }
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(()) => {
+                let deferred =
+                    std::mem::take(&mut *target.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+                for entry in &deferred {
+                    quarantine
+                        .put(entry)
+                        .map_err(|e| IngestError::Quarantine(e.to_string()))?;
+                }
+                Ok(())
+            }
+            Err(error) => {
+                let aborted = tokio::task::spawn_blocking(move || store.abort_rebuild(&rebuild))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|result| result.map_err(|e| e.to_string()));
+                if let Err(reason) = aborted {
+                    tracing::warn!(collection = %target.collection, %reason, "discarding a failed rebuild failed; its data is removed when the store is next opened");
+                }
+                Err(IngestError::ReindexAborted {
+                    collection: target.collection.clone(),
+                    source: Box::new(error),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for RebuildGuard {
+    fn drop(&mut self) {
+        if let Some(rebuild) = self.rebuild.take()
+            && let Err(error) = self.store.abort_rebuild(&rebuild)
+        {
+            tracing::warn!(collection = rebuild.collection(), %error, "discarding an abandoned rebuild failed; its data is removed when the store is next opened");
+        }
     }
 }
 

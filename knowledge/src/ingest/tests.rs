@@ -397,6 +397,23 @@ impl DocumentStore for CountingStore {
     fn drop_collection(&self, c: &str) -> Result<(), StoreError> {
         self.inner.drop_collection(c)
     }
+    fn begin_rebuild(&self, c: &str, p: &EmbeddingProfile) -> Result<Rebuild, StoreError> {
+        self.inner.begin_rebuild(c, p)
+    }
+    fn commit_rebuild(
+        &self,
+        r: &Rebuild,
+        batch: SourceBatch,
+    ) -> Result<crate::store::BatchOutcome, StoreError> {
+        self.batches.lock().unwrap().push(batch.writes.len());
+        self.inner.commit_rebuild(r, batch)
+    }
+    fn publish_rebuild(&self, r: &Rebuild) -> Result<(), StoreError> {
+        self.inner.publish_rebuild(r)
+    }
+    fn abort_rebuild(&self, r: &Rebuild) -> Result<(), StoreError> {
+        self.inner.abort_rebuild(r)
+    }
     fn chunks_of_source(&self, c: &str, s: &str) -> Result<Vec<StoredChunk>, StoreError> {
         self.inner.chunks_of_source(c, s)
     }
@@ -468,4 +485,185 @@ async fn every_row_of_a_csv_lands_in_one_batch() {
     assert_eq!(*counting.batches.lock().unwrap(), [400]);
     assert_eq!(report.sources_removed, 100, "{report:?}");
     assert_eq!(report.chunks_embedded, 2, "{report:?}");
+}
+
+/// An embedder whose `embed_documents` fails from its `fail_from`-th call on (counting from
+/// 0): an embedding endpoint going down half-way through a reindex.
+struct FailingEmbedder {
+    inner: HashEmbedder,
+    calls: std::sync::atomic::AtomicUsize,
+    fail_from: usize,
+}
+
+#[async_trait::async_trait]
+impl Embedder for FailingEmbedder {
+    fn profile(&self) -> EmbeddingProfile {
+        self.inner.profile()
+    }
+    fn token_counter(&self) -> Arc<dyn crate::embed::TokenCounter> {
+        self.inner.token_counter()
+    }
+    async fn embed_documents(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if call >= self.fail_from {
+            return Err(EmbedError::Remote("connection refused".into()));
+        }
+        self.inner.embed_documents(texts).await
+    }
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.inner.embed_query(text).await
+    }
+}
+
+/// What readers of `kb` see: its listing entry, its manifest and a BM25 search.
+fn view(
+    store: &EmbeddedStore,
+) -> (
+    Vec<(String, usize, usize)>,
+    crate::store::Manifest,
+    Vec<String>,
+) {
+    let listed = store
+        .collections()
+        .expect("collections")
+        .into_iter()
+        .map(|c| (c.name, c.sources, c.chunks))
+        .collect();
+    let found = store
+        .search(
+            "kb",
+            &crate::store::SearchRequest {
+                mode: crate::store::SearchMode::Bm25,
+                text: Some("refund exchanges Lyon Nantes".into()),
+                vector: None,
+                k: 50,
+                rrf_k: 60.0,
+            },
+        )
+        .expect("search")
+        .into_iter()
+        .map(|hit| hit.chunk.id)
+        .collect();
+    (listed, store.manifest("kb").expect("manifest"), found)
+}
+
+#[tokio::test]
+async fn a_reindex_builds_beside_the_live_collection_and_a_failed_one_changes_nothing() {
+    let f = fixture();
+    std::fs::write(
+        f.corpus.join("warranty.md"),
+        "The warranty lasts two years.\n",
+    )
+    .unwrap();
+    pipeline(&f, embedder("hash-a"))
+        .ingest(&request(&f, false), None)
+        .await
+        .expect("ingest");
+    let before = view(&f.store);
+    assert_eq!(before.1.sources.len(), 4, "{:?}", before.1);
+
+    // The embedder of the new profile fails on the third file: the reindex fails, saying the
+    // collection is unchanged — and it is, for every reader, during and after the attempt.
+    let during = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let progress = {
+        let (store, during) = (f.store.clone(), during.clone());
+        move |_: IngestProgress| during.lock().unwrap().push(view(&store))
+    };
+    let failing = pipeline(
+        &f,
+        Arc::new(FailingEmbedder {
+            inner: HashEmbedder::named("hash-b", 128),
+            calls: Default::default(),
+            fail_from: 2,
+        }),
+    );
+    let error = failing
+        .ingest(&request(&f, true), Some(&progress))
+        .await
+        .expect_err("the embedder fails half-way");
+    assert!(
+        matches!(&error, IngestError::ReindexAborted { source, .. } if matches!(**source, IngestError::Embed(_))),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("'kb'")
+            && message.contains("unchanged")
+            && message.contains("connection refused"),
+        "{message}"
+    );
+    let during = std::mem::take(&mut *during.lock().unwrap());
+    assert_eq!(during.len(), 2, "two files were written into the rebuild");
+    for seen in during.iter() {
+        assert_eq!(
+            seen, &before,
+            "readers see the live collection during a reindex"
+        );
+    }
+    assert_eq!(view(&f.store), before, "a failed reindex changes nothing");
+    let report = f.store.check_consistency().expect("audit");
+    assert!(report.is_consistent(), "{:?}", report.problems());
+
+    // A reindex that goes through swaps the whole collection to the new profile.
+    let rebuilt = pipeline(&f, embedder("hash-b"))
+        .ingest(&request(&f, true), None)
+        .await
+        .expect("reindex");
+    assert_eq!(rebuilt.sources_ingested, 3);
+    let after = view(&f.store);
+    assert_eq!(
+        after.1.profile.as_ref().map(|p| p.model.as_str()),
+        Some("hash-b")
+    );
+    assert_eq!(after.0, before.0, "the same sources and chunks");
+    assert!(
+        after
+            .1
+            .sources
+            .iter()
+            .all(|s| s.embedding_profile.contains("hash-b"))
+    );
+    let report = f.store.check_consistency().expect("audit");
+    assert!(report.is_consistent(), "{:?}", report.problems());
+}
+
+#[tokio::test]
+async fn a_reindex_fails_rather_than_drop_a_source_that_cannot_be_loaded() {
+    let f = fixture();
+    let pdf = f.corpus.join("datasheet.pdf");
+    std::fs::write(&pdf, example_pdf()).unwrap();
+    let p = pipeline(&f, embedder("hash-a"));
+    p.ingest(&request(&f, false), None).await.expect("ingest");
+    let before = view(&f.store);
+    assert!(
+        before
+            .1
+            .sources
+            .iter()
+            .any(|s| s.source_id.starts_with("datasheet.pdf#page="))
+    );
+
+    std::fs::write(&pdf, b"%PDF-1.7\ncut short by a crashed writer").unwrap();
+    let error = p
+        .ingest(&request(&f, true), None)
+        .await
+        .expect_err("its pages would be lost");
+    let message = error.to_string();
+    assert!(
+        matches!(&error, IngestError::ReindexAborted { .. })
+            && message.contains("datasheet.pdf")
+            && message.contains("unchanged"),
+        "{message}"
+    );
+    assert_eq!(view(&f.store), before);
+    assert!(
+        p.quarantine().list(Some("kb")).unwrap().is_empty(),
+        "an aborted reindex records no quarantine entry"
+    );
+    let report = f.store.check_consistency().expect("audit");
+    assert!(report.is_consistent(), "{:?}", report.problems());
+
+    // A plain (incremental) ingestion keeps the pages, marked stale, as before.
+    let report = p.ingest(&request(&f, false), None).await.expect("ingest");
+    assert_eq!(report.stale.len(), 1);
 }

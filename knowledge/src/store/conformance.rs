@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{
-    BatchOutcome, DocumentStore, SearchMode, SearchRequest, SourceBatch, SourceRecord, SourceWrite,
-    StoreError,
+    BatchOutcome, DocumentStore, Manifest, Rebuild, SearchMode, SearchRequest, SourceBatch,
+    SourceRecord, SourceWrite, StoreError,
 };
 use crate::fusion::{HybridFusion, Normalization};
 use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
@@ -164,6 +164,10 @@ pub fn document_store_suite(make: &mut dyn FnMut() -> Arc<dyn DocumentStore>) {
     check_commit_sources_writes_and_deletes_in_one_batch(&*make());
     check_invalid_source_batches_change_nothing(&*make());
     check_searches_see_a_multi_part_batch_whole(make());
+    check_a_rebuild_is_invisible_until_published(&*make());
+    check_publishing_a_rebuild_swaps_the_collection(&*make());
+    check_an_aborted_rebuild_leaves_the_live_collection_untouched(&*make());
+    check_searches_see_a_rebuild_whole(make());
 }
 
 /// `ensure_collection` creates a collection once, records its profile, and refuses another
@@ -1142,6 +1146,381 @@ pub fn check_searches_see_a_multi_part_batch_whole(store: Arc<dyn DocumentStore>
     writer.join().expect("writer");
     let manifest = store.manifest("live").expect("manifest");
     assert_eq!(manifest.sources.len(), 4, "version 0 has four pages");
+}
+
+/// What a reader can see of collection `name`: its listing entry (name, sources, chunks,
+/// profile), its manifest, and the ids a BM25 search for `query` finds (`None` when the
+/// collection is unknown to search).
+type ReaderView = (
+    Option<(String, usize, usize, Option<EmbeddingProfile>)>,
+    Manifest,
+    Option<BTreeSet<String>>,
+);
+
+fn reader_view(store: &dyn DocumentStore, name: &str, query: &str) -> ReaderView {
+    let listed = store
+        .collections()
+        .expect("collections")
+        .into_iter()
+        .find(|c| c.name == name)
+        .map(|c| (c.name, c.sources, c.chunks, c.profile));
+    let manifest = store.manifest(name).expect("manifest");
+    let found = match store.search(name, &request(SearchMode::Bm25, Some(query), None, 50)) {
+        Ok(hits) => Some(hits.into_iter().map(|h| h.chunk.id).collect()),
+        Err(StoreError::UnknownCollection(_)) => None,
+        Err(other) => panic!("search {name}: {other}"),
+    };
+    (listed, manifest, found)
+}
+
+/// The manual corpus of a rebuild: `manual.md` (m0, m1), vectors along axes 0 and 3, recorded
+/// with `profile`.
+fn manual(profile: &EmbeddingProfile) -> SourceBatch {
+    let vector = |axis: usize| {
+        let mut v = vec![0.0; profile.dimensions];
+        v[axis % profile.dimensions] = 1.0;
+        v
+    };
+    let chunks = vec![
+        chunk(
+            "manual.md",
+            "m0",
+            0,
+            "Tomatoes ripen faster in the greenhouse",
+            vector(0),
+        ),
+        chunk(
+            "manual.md",
+            "m1",
+            1,
+            "Charge the battery overnight",
+            vector(3),
+        ),
+    ];
+    let mut rec = record("manual.md", &chunks);
+    rec.embedding_profile = profile.to_string();
+    SourceBatch {
+        writes: vec![SourceWrite {
+            record: rec,
+            chunks,
+        }],
+        deletes: Vec::new(),
+    }
+}
+
+/// A rebuild is invisible until published: listings, manifests, searches and chunk reads of
+/// the collection show the live version; writes to the live collection still work; the
+/// rebuild's id is no name a user can create, drop, read or search; a rebuild of a missing
+/// collection does not make it exist.
+pub fn check_a_rebuild_is_invisible_until_published(store: &dyn DocumentStore) {
+    garden(store);
+    let before = reader_view(store, "docs", "tomatoes");
+    let rebuild = store
+        .begin_rebuild("docs", &profile())
+        .expect("begin_rebuild");
+    assert_eq!(rebuild.collection(), "docs");
+    assert_ne!(rebuild.id(), "docs");
+    store
+        .commit_rebuild(&rebuild, manual(&profile()))
+        .expect("commit_rebuild");
+    assert_eq!(reader_view(store, "docs", "tomatoes"), before);
+    assert_eq!(store.get_chunk("docs", "m0").expect("get"), None);
+    assert!(
+        store
+            .chunks_of_source("docs", "manual.md")
+            .expect("chunks")
+            .is_empty()
+    );
+    let names: Vec<String> = store
+        .collections()
+        .expect("collections")
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["docs"], "a rebuild is listed nowhere");
+
+    let id = rebuild.id();
+    let refused = |result: Result<(), StoreError>, what: &str| {
+        assert!(
+            matches!(result, Err(StoreError::InvalidName(_))),
+            "{what}({id:?}) must refuse a rebuild's id as a name, got {result:?}"
+        );
+    };
+    refused(store.ensure_collection(id, &profile()), "ensure_collection");
+    refused(store.manifest(id).map(|_| ()), "manifest");
+    refused(store.drop_collection(id), "drop_collection");
+    refused(store.get_chunk(id, "m0").map(|_| ()), "get_chunk");
+    refused(
+        store
+            .search(id, &request(SearchMode::Bm25, Some("tomatoes"), None, 3))
+            .map(|_| ()),
+        "search",
+    );
+    refused(
+        store.begin_rebuild("../docs", &profile()).map(|_| ()),
+        "begin_rebuild",
+    );
+
+    // The live collection takes writes meanwhile (the publish will supersede them).
+    replace(
+        store,
+        "docs",
+        "late.md",
+        vec![chunk(
+            "late.md",
+            "l0",
+            0,
+            "tomatoes late",
+            axis_vector(1, 0.0),
+        )],
+    );
+    assert_eq!(
+        store.manifest("docs").expect("manifest").sources.len(),
+        3,
+        "a write to the live collection during a rebuild is visible"
+    );
+
+    // A rebuild of a collection that does not exist yet.
+    let fresh = store
+        .begin_rebuild("fresh", &profile())
+        .expect("begin_rebuild of a new collection");
+    store
+        .commit_rebuild(&fresh, manual(&profile()))
+        .expect("commit_rebuild");
+    assert_eq!(
+        reader_view(store, "fresh", "tomatoes"),
+        (
+            None,
+            Manifest {
+                collection: "fresh".into(),
+                ..Manifest::default()
+            },
+            None
+        ),
+        "a rebuild of a missing collection does not make it exist"
+    );
+    store.abort_rebuild(&fresh).expect("abort");
+    store.abort_rebuild(&rebuild).expect("abort");
+}
+
+/// Publishing swaps the whole collection at once — chunks, manifest, profile, listing and
+/// indexes — dropping the old version and the writes made to it meanwhile; the rebuild is
+/// then no longer in progress. A rebuild of a missing collection creates it.
+pub fn check_publishing_a_rebuild_swaps_the_collection(store: &dyn DocumentStore) {
+    garden(store);
+    let smaller = EmbeddingProfile {
+        dimensions: 2,
+        ..profile()
+    };
+    let rebuild = store
+        .begin_rebuild("docs", &smaller)
+        .expect("begin_rebuild with another profile");
+    store
+        .commit_rebuild(&rebuild, manual(&smaller))
+        .expect("commit_rebuild");
+    // A batch of the live profile is refused by the rebuild, whose profile is another.
+    assert!(matches!(
+        store.commit_rebuild(&rebuild, manual(&profile())),
+        Err(StoreError::ProfileMismatch { .. })
+    ));
+    replace(
+        store,
+        "docs",
+        "late.md",
+        vec![chunk("late.md", "l0", 0, "late", axis_vector(1, 0.0))],
+    );
+    store.publish_rebuild(&rebuild).expect("publish");
+
+    let (listed, manifest, found) = reader_view(store, "docs", "tomatoes");
+    assert_eq!(
+        listed,
+        Some(("docs".to_string(), 1, 2, Some(smaller.clone())))
+    );
+    assert_eq!(manifest.profile, Some(smaller.clone()));
+    let sources: Vec<&str> = manifest
+        .sources
+        .iter()
+        .map(|s| s.source_id.as_str())
+        .collect();
+    assert_eq!(
+        sources,
+        ["manual.md"],
+        "the old sources and late writes are gone"
+    );
+    assert_eq!(found, Some(BTreeSet::from(["m0".to_string()])));
+    for gone in ["g0", "g1", "k0", "l0"] {
+        assert_eq!(store.get_chunk("docs", gone).expect("get"), None, "{gone}");
+    }
+    assert_eq!(
+        store
+            .get_chunk("docs", "m1")
+            .expect("get")
+            .expect("m1")
+            .text,
+        "Charge the battery overnight"
+    );
+    let by_vector = store
+        .search(
+            "docs",
+            &request(SearchMode::Vector, None, Some(vec![0.0, 1.0]), 5),
+        )
+        .expect("vector search in the new dimension");
+    assert_eq!(ids(&by_vector)[0], "m1");
+    // The published collection is an ordinary one.
+    store
+        .ensure_collection("docs", &smaller)
+        .expect("ensure with the new profile");
+    assert_eq!(store.delete_source("docs", "manual.md").expect("delete"), 2);
+
+    let not_in_progress = |result: Result<(), StoreError>, what: &str| {
+        assert!(
+            matches!(result, Err(StoreError::InvalidRequest { .. })),
+            "{what} of a published rebuild: {result:?}"
+        );
+    };
+    not_in_progress(store.publish_rebuild(&rebuild), "publish");
+    not_in_progress(store.abort_rebuild(&rebuild), "abort");
+    not_in_progress(
+        store.commit_rebuild(&rebuild, manual(&smaller)).map(|_| ()),
+        "commit",
+    );
+    let error = store.publish_rebuild(&rebuild).unwrap_err();
+    assert!(error.to_string().contains("not in progress"), "{error}");
+
+    let fresh = store
+        .begin_rebuild("fresh", &profile())
+        .expect("begin_rebuild of a new collection");
+    store
+        .commit_rebuild(&fresh, manual(&profile()))
+        .expect("commit_rebuild");
+    store.publish_rebuild(&fresh).expect("publish");
+    let names: Vec<String> = store
+        .collections()
+        .expect("collections")
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["docs", "fresh"]);
+    assert_eq!(store.manifest("fresh").expect("manifest").sources.len(), 1);
+}
+
+/// Aborting a rebuild discards it: the live collection is exactly as before, and the rebuild
+/// takes no more writes.
+pub fn check_an_aborted_rebuild_leaves_the_live_collection_untouched(store: &dyn DocumentStore) {
+    garden(store);
+    let before = reader_view(store, "docs", "tomatoes");
+    let chunks_before = store.chunks_of_source("docs", "garden.md").expect("chunks");
+    let rebuild = store.begin_rebuild("docs", &profile()).expect("begin");
+    store
+        .commit_rebuild(&rebuild, manual(&profile()))
+        .expect("commit_rebuild");
+    store.abort_rebuild(&rebuild).expect("abort");
+    assert_eq!(reader_view(store, "docs", "tomatoes"), before);
+    assert_eq!(
+        store.chunks_of_source("docs", "garden.md").expect("chunks"),
+        chunks_before
+    );
+    assert_eq!(store.get_chunk("docs", "m0").expect("get"), None);
+    assert!(matches!(
+        store.commit_rebuild(&rebuild, manual(&profile())),
+        Err(StoreError::InvalidRequest { .. })
+    ));
+    assert!(matches!(
+        store.publish_rebuild(&rebuild),
+        Err(StoreError::InvalidRequest { .. })
+    ));
+    assert!(matches!(
+        store.abort_rebuild(&rebuild),
+        Err(StoreError::InvalidRequest { .. })
+    ));
+    // Another rebuild can follow, and a second one in parallel is independent.
+    let first = store.begin_rebuild("docs", &profile()).expect("begin");
+    let second = store.begin_rebuild("docs", &profile()).expect("begin");
+    assert_ne!(first.id(), second.id());
+    store
+        .commit_rebuild(&second, manual(&profile()))
+        .expect("commit");
+    store.abort_rebuild(&second).expect("abort");
+    store
+        .publish_rebuild(&first)
+        .expect("publish the empty first");
+    let (listed, manifest, found) = reader_view(store, "docs", "tomatoes");
+    assert_eq!(listed, Some(("docs".to_string(), 0, 0, Some(profile()))));
+    assert!(manifest.sources.is_empty());
+    assert_eq!(found, Some(BTreeSet::new()));
+}
+
+/// Searches, listings and manifests running while a collection is rebuilt and republished
+/// over and over see one whole version every time: never nothing, never two versions mixed.
+pub fn check_searches_see_a_rebuild_whole(store: Arc<dyn DocumentStore>) {
+    store.ensure_collection("live", &profile()).expect("create");
+    let version = |v: usize| -> SourceBatch {
+        let count = if v.is_multiple_of(2) { 4 } else { 3 };
+        SourceBatch {
+            writes: pages("manual.pdf", v, count),
+            deletes: Vec::new(),
+        }
+    };
+    let id_set = |v: usize| -> BTreeSet<String> {
+        version(v)
+            .writes
+            .into_iter()
+            .flat_map(|w| w.chunks)
+            .map(|c| c.id)
+            .collect()
+    };
+    store.commit_sources("live", version(0)).expect("commit");
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let store = Arc::clone(&store);
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            for round in 1..=12 {
+                let rebuild: Rebuild = store.begin_rebuild("live", &profile()).expect("begin");
+                store
+                    .commit_rebuild(&rebuild, version(round % 2))
+                    .expect("commit_rebuild");
+                store.publish_rebuild(&rebuild).expect("publish");
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let (v0, v1) = (id_set(0), id_set(1));
+    let mut observed = 0;
+    while !done.load(Ordering::SeqCst) || observed == 0 {
+        let hits = store
+            .search(
+                "live",
+                &request(SearchMode::Bm25, Some("pagetext"), None, 50),
+            )
+            .expect("bm25 during a rebuild");
+        let found: BTreeSet<String> = hits.iter().map(|h| h.chunk.id.clone()).collect();
+        assert!(
+            found == v0 || found == v1,
+            "a mixed or empty view {found:?}"
+        );
+        let hits = store
+            .search(
+                "live",
+                &request(SearchMode::Vector, None, Some(axis_vector(1, 0.0)), 50),
+            )
+            .expect("vector search during a rebuild");
+        let found: BTreeSet<String> = hits.iter().map(|h| h.chunk.id.clone()).collect();
+        assert!(
+            found == v0 || found == v1,
+            "a mixed or empty vector view {found:?}"
+        );
+        let sources = store.manifest("live").expect("manifest").sources.len();
+        assert!(sources == 4 || sources == 3, "{sources} sources");
+        let listed = store.collections().expect("collections");
+        assert!(
+            listed.len() == 1 && (listed[0].chunks == 4 || listed[0].chunks == 3),
+            "{listed:?}"
+        );
+        observed += 1;
+    }
+    writer.join().expect("writer");
+    assert_eq!(store.manifest("live").expect("manifest").sources.len(), 4);
 }
 
 /// Runs every quarantine check, each on a fresh quarantine from `make`.

@@ -13,13 +13,14 @@
 mod lexical;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::checks::{CheckedQuery, check_search, check_source_batch};
 use super::exact_vectors::ExactVectors;
 use super::hybrid::{fuse_hybrid, hybrid_depths};
 use super::{
-    BatchOutcome, CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceBatch,
+    BatchOutcome, CollectionInfo, DocumentStore, Manifest, Rebuild, SearchRequest, SourceBatch,
     SourceRecord, SourceWrite, StoreError, VectorIndexStatus, validate_collection_name,
 };
 use crate::settings::StoreSettings;
@@ -34,6 +35,10 @@ fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 
 fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One collection.
@@ -64,6 +69,53 @@ impl MemoryCollection {
         self.lexical.remove(id);
     }
 
+    /// Commits a checked batch: the whole batch or nothing (the caller holds the lock).
+    fn commit(&mut self, collection: &str, batch: SourceBatch) -> Result<BatchOutcome, StoreError> {
+        check_source_batch(collection, &self.profile, &batch)?;
+        let new_ids: HashSet<&str> = batch
+            .writes
+            .iter()
+            .flat_map(|w| w.chunks.iter().map(|c| c.id.as_str()))
+            .collect();
+        let mut outcome = BatchOutcome::default();
+        let mut stale: Vec<String> = Vec::new();
+        for write in &batch.writes {
+            if let Some(previous) = self.sources.get(&write.record.source_id) {
+                stale.extend(
+                    previous
+                        .chunk_ids
+                        .iter()
+                        .filter(|id| !new_ids.contains(id.as_str()))
+                        .cloned(),
+                );
+            }
+        }
+        for source_id in &batch.deletes {
+            if let Some(record) = self.sources.remove(source_id) {
+                outcome.sources_deleted += 1;
+                stale.extend(
+                    record
+                        .chunk_ids
+                        .into_iter()
+                        .filter(|id| !new_ids.contains(id.as_str())),
+                );
+            }
+        }
+        outcome.chunks_removed = stale.len();
+        for id in &stale {
+            self.remove_chunk(id);
+        }
+        for SourceWrite { record, chunks } in batch.writes {
+            for chunk in chunks {
+                self.vectors.upsert(&chunk.id, &chunk.vector);
+                self.lexical.insert(&chunk.id, &chunk.text);
+                self.chunks.insert(chunk.id.clone(), chunk);
+            }
+            self.sources.insert(record.source_id.clone(), record);
+        }
+        Ok(outcome)
+    }
+
     /// Hits as chunks, labelled with `origin`.
     fn resolve<I: AsRef<str>>(&self, hits: Vec<(I, f32)>, origin: ScoreOrigin) -> Vec<ScoredChunk> {
         hits.into_iter()
@@ -81,6 +133,10 @@ impl MemoryCollection {
 /// The in-memory document store (see the module docs). Cheap to share (`Send + Sync`).
 pub struct InMemoryStore {
     collections: RwLock<BTreeMap<String, MemoryCollection>>,
+    /// Collections being rebuilt, by rebuild id (`<name>@<n>`, outside the names users give).
+    rebuilds: Mutex<BTreeMap<String, MemoryCollection>>,
+    /// Numbers the rebuild ids.
+    next_rebuild: AtomicU64,
     /// RRF constant of hybrid searches whose request gives none (`rag.store.rrf_k`'s default).
     rrf_k: f32,
 }
@@ -96,6 +152,8 @@ impl InMemoryStore {
     pub fn new() -> Self {
         Self {
             collections: RwLock::new(BTreeMap::new()),
+            rebuilds: Mutex::new(BTreeMap::new()),
+            next_rebuild: AtomicU64::new(1),
             rrf_k: StoreSettings::default().rrf_k,
         }
     }
@@ -174,49 +232,7 @@ impl DocumentStore for InMemoryStore {
         let handle = collections
             .get_mut(collection)
             .ok_or_else(|| unknown(collection))?;
-        check_source_batch(collection, &handle.profile, &batch)?;
-        let new_ids: HashSet<&str> = batch
-            .writes
-            .iter()
-            .flat_map(|w| w.chunks.iter().map(|c| c.id.as_str()))
-            .collect();
-        let mut outcome = BatchOutcome::default();
-        let mut stale: Vec<String> = Vec::new();
-        for write in &batch.writes {
-            if let Some(previous) = handle.sources.get(&write.record.source_id) {
-                stale.extend(
-                    previous
-                        .chunk_ids
-                        .iter()
-                        .filter(|id| !new_ids.contains(id.as_str()))
-                        .cloned(),
-                );
-            }
-        }
-        for source_id in &batch.deletes {
-            if let Some(record) = handle.sources.remove(source_id) {
-                outcome.sources_deleted += 1;
-                stale.extend(
-                    record
-                        .chunk_ids
-                        .into_iter()
-                        .filter(|id| !new_ids.contains(id.as_str())),
-                );
-            }
-        }
-        outcome.chunks_removed = stale.len();
-        for id in &stale {
-            handle.remove_chunk(id);
-        }
-        for SourceWrite { record, chunks } in batch.writes {
-            for chunk in chunks {
-                handle.vectors.upsert(&chunk.id, &chunk.vector);
-                handle.lexical.insert(&chunk.id, &chunk.text);
-                handle.chunks.insert(chunk.id.clone(), chunk);
-            }
-            handle.sources.insert(record.source_id.clone(), record);
-        }
-        Ok(outcome)
+        handle.commit(collection, batch)
     }
 
     fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {
@@ -225,6 +241,48 @@ impl DocumentStore for InMemoryStore {
             .remove(collection)
             .map(|_| ())
             .ok_or_else(|| unknown(collection))
+    }
+
+    fn begin_rebuild(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<Rebuild, StoreError> {
+        validate_collection_name(collection)?;
+        let number = self.next_rebuild.fetch_add(1, Ordering::Relaxed);
+        let rebuild = Rebuild::new(collection, format!("{collection}@{number}"));
+        lock(&self.rebuilds).insert(
+            rebuild.id().to_string(),
+            MemoryCollection::new(profile.clone()),
+        );
+        Ok(rebuild)
+    }
+
+    fn commit_rebuild(
+        &self,
+        rebuild: &Rebuild,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
+        let mut rebuilds = lock(&self.rebuilds);
+        let staged = rebuilds
+            .get_mut(rebuild.id())
+            .ok_or_else(|| rebuild.not_in_progress())?;
+        staged.commit(rebuild.collection(), batch)
+    }
+
+    fn publish_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError> {
+        let staged = lock(&self.rebuilds)
+            .remove(rebuild.id())
+            .ok_or_else(|| rebuild.not_in_progress())?;
+        write(&self.collections).insert(rebuild.collection().to_string(), staged);
+        Ok(())
+    }
+
+    fn abort_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError> {
+        lock(&self.rebuilds)
+            .remove(rebuild.id())
+            .map(|_| ())
+            .ok_or_else(|| rebuild.not_in_progress())
     }
 
     fn chunks_of_source(

@@ -99,6 +99,48 @@ pub struct BatchOutcome {
     pub chunks_removed: usize,
 }
 
+/// A collection being rebuilt beside its live version: started by
+/// [`DocumentStore::begin_rebuild`], written by [`DocumentStore::commit_rebuild`], and either
+/// swapped in whole by [`DocumentStore::publish_rebuild`] or discarded by
+/// [`DocumentStore::abort_rebuild`]. Its id is chosen by the store and lies outside the names
+/// users may give collections, so no user request can reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    collection: String,
+    id: String,
+}
+
+impl Rebuild {
+    /// For store implementations: the rebuild of `collection` that the store knows as `id`.
+    pub fn new(collection: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            collection: collection.into(),
+            id: id.into(),
+        }
+    }
+
+    /// The collection it will replace.
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// The store's id of the staging build (not a valid collection name).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The error of a rebuild the store does not hold (published, aborted, or never begun).
+    pub fn not_in_progress(&self) -> StoreError {
+        StoreError::InvalidRequest {
+            collection: self.collection.clone(),
+            reason: format!(
+                "rebuild '{}' is not in progress (already published or aborted); begin a new one",
+                self.id
+            ),
+        }
+    }
+}
+
 /// Search mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -131,7 +173,8 @@ pub enum StoreError {
         source_id: String,
         reason: String,
     },
-    /// A search lacking what its mode needs, or with a query vector of the wrong dimension.
+    /// A search lacking what its mode needs, or with a query vector of the wrong dimension;
+    /// or a [`Rebuild`] that is no longer in progress.
     #[error("search in collection '{collection}': {reason}")]
     InvalidRequest { collection: String, reason: String },
     #[error("store I/O failed: {0}")]
@@ -253,6 +296,35 @@ pub trait DocumentStore: Send + Sync {
 
     /// Removes a whole collection with its indexes.
     fn drop_collection(&self, collection: &str) -> Result<(), StoreError>;
+
+    /// Starts building a new version of `collection` beside the live one (which need not
+    /// exist), recording `profile`. Until [`publish_rebuild`](Self::publish_rebuild), every
+    /// reader (`collections`, `manifest`, `get_chunk`, `chunks_of_source`, `search`) and
+    /// writer of `collection` sees the live version only; the build appears in no listing and
+    /// under no name a user can give. A crash before the publish leaves the live version as it
+    /// was, and the build's data is removed when the store is next opened.
+    fn begin_rebuild(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<Rebuild, StoreError>;
+
+    /// [`commit_sources`](Self::commit_sources) into a rebuild: the same checks against the
+    /// rebuild's profile, the same atomicity; invisible to readers until published.
+    fn commit_rebuild(
+        &self,
+        rebuild: &Rebuild,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError>;
+
+    /// Makes the rebuild the collection, in one durable step: a reader sees the whole old
+    /// version before and the whole new one after, never a mix and never nothing (a crash
+    /// leaves one or the other). The old version's data is removed afterwards; writes made to
+    /// it during the rebuild are superseded. The rebuild is then no longer in progress.
+    fn publish_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError>;
+
+    /// Discards a rebuild and its data; the live collection is untouched.
+    fn abort_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError>;
 
     /// The source's chunks, in ordinal order.
     fn chunks_of_source(

@@ -114,18 +114,6 @@ impl CollectionTree {
         self.flush()
     }
 
-    /// Removes the meta keys in one flushed batch: the first step of dropping the collection,
-    /// so that a crash mid-drop leaves a tree that reopening recognises as half-dropped.
-    pub fn retire(&self) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        batch.remove(PROFILE_KEY);
-        batch.remove(INCARNATION_KEY);
-        self.tree
-            .apply_batch(batch)
-            .map_err(|e| self.io("retiring", e))?;
-        self.flush()
-    }
-
     /// Flushes the database to disk.
     pub fn flush(&self) -> Result<(), StoreError> {
         self.tree

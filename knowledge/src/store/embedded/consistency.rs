@@ -1,11 +1,14 @@
 //! [`EmbeddedStore::check_consistency`]: a read-only audit of every collection — the manifest
 //! against the chunks in sled, the parts of multi-part sources against each other, and the
-//! derived indexes (BM25, vectors) against sled. The crash tests and the daemon kill loop run it
+//! derived indexes (BM25, vectors) against sled — and of the storages: the registry points
+//! every name at the version that serves it, and no storage (sled tree or index folder) is
+//! left that nothing points at. The crash tests and the daemon kill loop run it
 //! after every kill; an operator-facing command can print its report.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Collection, EmbeddedStore, read};
+use super::layout::TREE_PREFIX;
+use super::{Collection, EmbeddedStore, lock, read};
 use crate::ingest::plan::file_of;
 use crate::store::{SourceRecord, StoreError};
 
@@ -25,23 +28,27 @@ pub struct CollectionConsistency {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConsistencyReport {
     pub collections: Vec<CollectionConsistency>,
+    /// Problems of the registry and the storages (a name pointing elsewhere than the version
+    /// that serves it, storages nothing points at), one sentence each.
+    pub storage_problems: Vec<String>,
 }
 
 impl ConsistencyReport {
-    /// True when no collection has a problem.
+    /// True when no collection and no storage has a problem.
     pub fn is_consistent(&self) -> bool {
-        self.collections.iter().all(|c| c.problems.is_empty())
+        self.storage_problems.is_empty() && self.collections.iter().all(|c| c.problems.is_empty())
     }
 
-    /// Every problem, prefixed with its collection.
+    /// Every problem, prefixed with its collection (storage problems first).
     pub fn problems(&self) -> Vec<String> {
-        self.collections
+        self.storage_problems
             .iter()
-            .flat_map(|c| {
+            .cloned()
+            .chain(self.collections.iter().flat_map(|c| {
                 c.problems
                     .iter()
                     .map(move |p| format!("collection '{}': {p}", c.collection))
-            })
+            }))
             .collect()
     }
 }
@@ -53,14 +60,76 @@ impl EmbeddedStore {
     /// of the file (one content hash, chunking and embedding profile); the BM25 index holds
     /// exactly sled's chunk ids at sled's generation, and the vector index holds every chunk.
     /// Each collection is read under its index lock, so a concurrent commit is seen whole or
-    /// not at all. `Err` only when sled or the BM25 index cannot be read.
+    /// not at all. The storages: the registry points each name at the storage of the version
+    /// serving it, and every sled tree and index folder of a storage belongs to a live
+    /// collection or a rebuild in progress (a version swapped out moments ago is removed once
+    /// its last in-flight reader is done, so an audit racing a publish may see it). `Err`
+    /// only when sled or the BM25 index cannot be read.
     pub fn check_consistency(&self) -> Result<ConsistencyReport, StoreError> {
         let collections: Vec<_> = read(&self.collections).values().cloned().collect();
-        let mut report = ConsistencyReport::default();
+        let mut report = ConsistencyReport {
+            storage_problems: self.check_storages()?,
+            ..ConsistencyReport::default()
+        };
         for collection in collections {
             report.collections.push(check_collection(&collection)?);
         }
         Ok(report)
+    }
+
+    fn check_storages(&self) -> Result<Vec<String>, StoreError> {
+        let mut problems = Vec::new();
+        let live: BTreeMap<String, String> = read(&self.collections)
+            .iter()
+            .map(|(name, collection)| (name.clone(), collection.storage.clone()))
+            .collect();
+        let rebuilding: BTreeSet<String> = lock(&self.rebuilds).keys().cloned().collect();
+        let registered = self.registered()?;
+        for (name, storage) in &live {
+            match registered.get(name) {
+                Some(pointed) if pointed == storage => {}
+                Some(pointed) => problems.push(format!(
+                    "collection '{name}' is served from storage '{storage}' but the registry points at '{pointed}'"
+                )),
+                None => problems.push(format!(
+                    "collection '{name}' is served from storage '{storage}' but is not in the registry"
+                )),
+            }
+        }
+        for (name, storage) in &registered {
+            if !live.contains_key(name) {
+                problems.push(format!(
+                    "the registry names collection '{name}' (storage '{storage}'), which is not open"
+                ));
+            }
+        }
+        let known: BTreeSet<&str> = live
+            .values()
+            .map(String::as_str)
+            .chain(rebuilding.iter().map(String::as_str))
+            .collect();
+        for tree in self.db.tree_names() {
+            let tree = String::from_utf8_lossy(&tree).into_owned();
+            if let Some(storage) = tree.strip_prefix(TREE_PREFIX)
+                && !known.contains(storage)
+            {
+                problems.push(format!(
+                    "sled tree '{tree}' belongs to no collection and no rebuild in progress (a leftover)"
+                ));
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.index_root) {
+            for entry in entries.flatten() {
+                let folder = entry.file_name().to_string_lossy().into_owned();
+                if !known.contains(folder.as_str()) {
+                    problems.push(format!(
+                        "index folder {} belongs to no collection and no rebuild in progress (a leftover)",
+                        entry.path().display()
+                    ));
+                }
+            }
+        }
+        Ok(problems)
     }
 }
 

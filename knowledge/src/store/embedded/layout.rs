@@ -1,5 +1,17 @@
-//! The on-disk layout of one collection's sled tree: key prefixes and the value encodings of
-//! chunks, manifest entries and the collection's meta keys.
+//! The on-disk layout: how collection names map to their storage, and one storage's sled
+//! tree (key prefixes and the value encodings of chunks, manifest entries and meta keys).
+//!
+//! A collection's data lives under a *storage id*: the sled tree `col/<storage>` and the index
+//! folder `indexes/<storage>/`. The `collections` registry tree maps each name to its storage
+//! id; an empty value (data folders written before rebuilds existed) means the storage id is
+//! the name itself. New storages — a created collection, or a rebuild beside a live one — get
+//! `<name>@<16 hex digits>`, which no collection name can be ('@' is not allowed in names), so
+//! a storage id is never reused and never reachable by a user. Publishing a rebuild is one
+//! flushed registry write that points the name at the new storage; any storage the registry
+//! does not point at is garbage (an unfinished rebuild, a swapped-out or dropped version, a
+//! creation cut short) and is removed when the store is opened.
+//!
+//! One storage's tree:
 //!
 //! ```text
 //! c/<chunk_id>     chunk: [format 1][u32 LE header length][JSON header][vector as LE f32]
@@ -27,9 +39,49 @@ pub const GENERATION_KEY: &[u8] = b"m/generation";
 /// The collection's incarnation (distinguishes a re-created collection from its predecessor).
 pub const INCARNATION_KEY: &[u8] = b"m/incarnation";
 
-/// Name of the sled tree holding collection `name`.
-pub fn collection_tree_name(name: &str) -> String {
-    format!("col/{name}")
+/// Prefix of the sled trees holding storages.
+pub const TREE_PREFIX: &str = "col/";
+
+/// Name of the sled tree of storage `storage`.
+pub fn collection_tree_name(storage: &str) -> String {
+    format!("{TREE_PREFIX}{storage}")
+}
+
+/// A fresh storage id for collection `name`.
+pub fn new_storage_id(name: &str, random: u64) -> String {
+    format!("{name}@{random:016x}")
+}
+
+/// Whether `id` is shaped like a storage id: a collection name (storages of data folders from
+/// before rebuilds existed) or `<name>@<16 hex digits>`. Only such folders and trees are ever
+/// removed as garbage.
+pub fn is_storage_id(id: &str) -> bool {
+    let (name, suffix) = match id.split_once('@') {
+        Some((name, suffix)) => (name, Some(suffix)),
+        None => (id, None),
+    };
+    crate::store::validate_collection_name(name).is_ok()
+        && suffix.is_none_or(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Encodes a registry value: the storage id a name points at.
+pub fn encode_registry_value(storage: &str) -> &[u8] {
+    storage.as_bytes()
+}
+
+/// The storage id a registry entry points at (`name` itself for an empty legacy value).
+pub fn decode_registry_value(name: &str, value: &[u8]) -> Result<String, String> {
+    if value.is_empty() {
+        return Ok(name.to_string());
+    }
+    let storage = std::str::from_utf8(value)
+        .map_err(|_| format!("the storage id of collection '{name}' is not UTF-8"))?;
+    if !is_storage_id(storage) {
+        return Err(format!(
+            "collection '{name}' points at '{storage}', which is not a storage id"
+        ));
+    }
+    Ok(storage.to_string())
 }
 
 /// Key of a chunk.
@@ -232,6 +284,26 @@ mod tests {
                 .unwrap_err()
                 .contains("malformed")
         );
+    }
+
+    #[test]
+    fn storage_ids_stay_outside_collection_names() {
+        let id = new_storage_id("kb", 0xab);
+        assert_eq!(id, "kb@00000000000000ab");
+        assert!(is_storage_id(&id) && is_storage_id("kb"));
+        assert!(crate::store::validate_collection_name(&id).is_err());
+        for bad in [
+            "kb@12",
+            "kb@zzzzzzzzzzzzzzzz",
+            "../kb",
+            "@0000000000000000",
+            "",
+        ] {
+            assert!(!is_storage_id(bad), "{bad}");
+        }
+        assert_eq!(decode_registry_value("kb", b"").unwrap(), "kb");
+        assert_eq!(decode_registry_value("kb", id.as_bytes()).unwrap(), id);
+        assert!(decode_registry_value("kb", b"../etc").is_err());
     }
 
     #[test]

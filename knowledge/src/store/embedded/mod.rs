@@ -2,8 +2,15 @@
 //! persisted tantivy BM25 index and a vector index (exact scan, HNSW snapshot above a
 //! threshold) derived from it per collection.
 //!
-//! Layout: `<data_dir>/sled` (one tree `col/<name>` per collection, a `collections` registry
-//! tree) and `<data_dir>/indexes/<name>/{bm25/, vectors.bin}`.
+//! Layout: `<data_dir>/sled` (one tree `col/<storage>` per collection version, a
+//! `collections` registry tree mapping each name to its storage id) and
+//! `<data_dir>/indexes/<storage>/{bm25/, vectors.bin}` (see [`layout`]).
+//!
+//! Rebuilds: [`DocumentStore::begin_rebuild`] writes a new version under a fresh storage id
+//! that no reader can name; publishing it is one flushed registry write pointing the name at
+//! it, after which the old version's data is removed (once its last in-flight reader is done).
+//! Opening removes every storage the registry does not point at, so a crash mid-rebuild leaves
+//! the live version whole and nothing behind.
 //!
 //! Protocol: a mutation (one source, or a batch of sources such as every part of a PDF or CSV)
 //! is ONE sled batch (chunks + manifest entries + stale chunk removals + generation bump),
@@ -54,15 +61,14 @@ use quarantine::SledQuarantineStore;
 use super::checks::{CheckedQuery, check_search, check_source_batch};
 use super::hybrid::{fuse_hybrid, hybrid_depths};
 use super::{
-    BatchOutcome, CollectionInfo, DocumentStore, Manifest, SearchRequest, SourceBatch, StoreError,
-    validate_collection_name,
+    BatchOutcome, CollectionInfo, DocumentStore, Manifest, Rebuild, SearchRequest, SourceBatch,
+    StoreError, validate_collection_name,
 };
 use crate::settings::StoreSettings;
 use crate::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
 use crate::validate::QuarantineStore;
 
 const REGISTRY_TREE: &str = "collections";
-const TREE_PREFIX: &str = "col/";
 const BM25_DIR: &str = "bm25";
 const SNAPSHOT_FILE: &str = "vectors.bin";
 
@@ -72,6 +78,10 @@ fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 
 fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn sled_io(context: String) -> impl FnOnce(sled::Error) -> StoreError {
@@ -89,15 +99,21 @@ struct CollectionIndexes {
     snapshot_build_running: bool,
 }
 
-/// One open collection.
+/// One open collection version (live, or a rebuild in progress).
 struct Collection {
+    /// The collection's name (for messages; a rebuild carries the name it will replace).
     name: String,
+    /// Its storage id: its sled tree is `col/<storage>`, its indexes `indexes/<storage>/`.
+    storage: String,
+    db: sled::Db,
     tree: CollectionTree,
     profile: EmbeddingProfile,
     incarnation: u64,
     dir: PathBuf,
     indexes: RwLock<CollectionIndexes>,
     snapshot_build: Mutex<Option<JoinHandle<()>>>,
+    /// Discarded (dropped, swapped out by a published rebuild, or an aborted rebuild): refuses
+    /// writes, and its data is removed when the last handle to it goes.
     dropped: AtomicBool,
 }
 
@@ -105,6 +121,8 @@ impl Collection {
     /// Opens a collection's indexes, rebuilding the ones that lag sled.
     fn open(
         name: &str,
+        storage: &str,
+        db: &sled::Db,
         tree: CollectionTree,
         dir: PathBuf,
         settings: &StoreSettings,
@@ -175,6 +193,8 @@ impl Collection {
 
         let collection = Arc::new(Self {
             name: name.to_string(),
+            storage: storage.to_string(),
+            db: db.clone(),
             tree,
             profile,
             incarnation,
@@ -288,6 +308,13 @@ impl Collection {
         }
     }
 
+    /// Marks the collection discarded and waits for its HNSW build, if any: no write reaches it
+    /// from then on, and its data goes with its last handle.
+    fn discard(&self) {
+        self.dropped.store(true, Ordering::SeqCst);
+        self.wait_for_snapshot_builds();
+    }
+
     /// Waits until no HNSW build is running for this collection.
     fn wait_for_snapshot_builds(&self) {
         loop {
@@ -374,6 +401,53 @@ impl Collection {
     }
 }
 
+impl Drop for Collection {
+    /// A discarded version removes its index folder and sled tree once nothing reads it any
+    /// more. A failure (or a crash before) leaves garbage that the next open removes: the
+    /// registry no longer points at this storage.
+    fn drop(&mut self) {
+        if !self.dropped.load(Ordering::SeqCst) {
+            return;
+        }
+        self.indexes
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bm25
+            .close();
+        match remove_storage(&self.db, &self.dir, &self.storage) {
+            Ok(()) => {
+                debug!(collection = %self.name, storage = %self.storage, "removed a discarded collection version")
+            }
+            Err(error) => warn!(
+                collection = %self.name, storage = %self.storage, %error,
+                "could not remove a discarded collection version; it is removed when the store is next opened"
+            ),
+        }
+    }
+}
+
+/// Removes a storage's index folder and sled tree (a folder is removed only when `storage` is
+/// shaped like a storage id).
+fn remove_storage(db: &sled::Db, dir: &Path, storage: &str) -> Result<(), StoreError> {
+    if layout::is_storage_id(storage) {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StoreError::Io(format!(
+                    "cannot remove the indexes of storage '{storage}' at {}: {e}",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    db.drop_tree(collection_tree_name(storage))
+        .map_err(sled_io(format!(
+            "dropping the sled tree of storage '{storage}'"
+        )))?;
+    Ok(())
+}
+
 /// A test hook called with a source id between its sled commit and its index update.
 #[cfg(test)]
 pub(crate) type CommitHook = Box<dyn Fn(&str) + Send + Sync>;
@@ -385,7 +459,10 @@ pub struct EmbeddedStore {
     registry: sled::Tree,
     index_root: PathBuf,
     settings: StoreSettings,
+    /// Live collections by name.
     collections: RwLock<BTreeMap<String, Arc<Collection>>>,
+    /// Rebuilds in progress by rebuild id (= their storage id).
+    rebuilds: Mutex<BTreeMap<String, Arc<Collection>>>,
     /// Called after a source's sled batch is flushed and before its indexes are updated
     /// (lets the crash tests kill a process at that point).
     #[cfg(test)]
@@ -422,27 +499,14 @@ impl EmbeddedStore {
             index_root: data_dir.join("indexes"),
             settings,
             collections: RwLock::new(BTreeMap::new()),
+            rebuilds: Mutex::new(BTreeMap::new()),
             #[cfg(test)]
             after_sled_commit: Mutex::new(None),
         };
-        store.reconcile_registry()?;
-        let names: Vec<String> = store
-            .registry
-            .iter()
-            .keys()
-            .map(|key| {
-                key.map(|k| String::from_utf8_lossy(&k).into_owned())
-                    .map_err(sled_io("reading the collections registry".into()))
-            })
-            .collect::<Result<_, _>>()?;
+        let registered = store.reconcile_registry()?;
         let mut collections = BTreeMap::new();
-        for name in names {
-            let collection = Collection::open(
-                &name,
-                store.tree(&name)?,
-                store.index_root.join(&name),
-                &store.settings,
-            )?;
+        for (name, storage) in registered {
+            let collection = store.open_storage(&name, &storage)?;
             collections.insert(name, collection);
         }
         *write(&store.collections) = collections;
@@ -482,85 +546,188 @@ impl EmbeddedStore {
         }
     }
 
-    fn tree(&self, name: &str) -> Result<CollectionTree, StoreError> {
+    fn tree(&self, name: &str, storage: &str) -> Result<CollectionTree, StoreError> {
         let tree = self
             .db
-            .open_tree(collection_tree_name(name))
+            .open_tree(collection_tree_name(storage))
             .map_err(sled_io(format!("opening the tree of collection '{name}'")))?;
         Ok(CollectionTree::new(name, tree))
     }
 
-    /// Brings the registry and the collection trees back in line after a crash: a tree with
-    /// meta keys is a collection (registered if its creation was cut short); a tree without
-    /// them was being dropped (the drop is finished); a registered name without a tree is
-    /// forgotten.
-    fn reconcile_registry(&self) -> Result<(), StoreError> {
-        let registered: HashSet<String> = self
-            .registry
-            .iter()
-            .keys()
-            .filter_map(Result::ok)
-            .map(|k| String::from_utf8_lossy(&k).into_owned())
-            .collect();
-        let mut with_tree = HashSet::new();
-        for tree_name in self.db.tree_names() {
-            let tree_name = String::from_utf8_lossy(&tree_name).into_owned();
-            let Some(name) = tree_name.strip_prefix(TREE_PREFIX) else {
-                continue;
-            };
-            let tree = self.tree(name)?;
-            let initialised = tree.profile()?.is_some() && tree.incarnation()?.is_some();
-            if initialised && validate_collection_name(name).is_ok() {
-                with_tree.insert(name.to_string());
-                if !registered.contains(name) {
-                    info!(
-                        collection = name,
-                        "registering a collection whose creation was interrupted"
-                    );
-                    self.registry
-                        .insert(name.as_bytes(), &[])
-                        .map_err(sled_io(format!("registering collection '{name}'")))?;
-                }
-            } else {
-                info!(
-                    collection = name,
-                    "finishing an interrupted drop of a collection"
-                );
-                self.remove_collection_data(name)?;
-            }
-        }
-        for name in registered.difference(&with_tree) {
-            info!(collection = %name, "forgetting a registered collection without data");
-            self.remove_collection_data(name)?;
-        }
-        self.flush()
+    /// Opens the collection version kept in `storage`.
+    fn open_storage(&self, name: &str, storage: &str) -> Result<Arc<Collection>, StoreError> {
+        Collection::open(
+            name,
+            storage,
+            &self.db,
+            self.tree(name, storage)?,
+            self.index_root.join(storage),
+            &self.settings,
+        )
     }
 
-    /// Removes a collection's registry entry, index folder and sled tree (in that order).
-    fn remove_collection_data(&self, name: &str) -> Result<(), StoreError> {
-        self.registry
-            .remove(name.as_bytes())
-            .map_err(sled_io(format!("unregistering collection '{name}'")))?;
+    /// Creates an empty storage for a version of `name` recording `profile` (flushed), not yet
+    /// pointed at by the registry, and opens it.
+    fn create_storage(
+        &self,
+        name: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<Arc<Collection>, StoreError> {
+        let storage = layout::new_storage_id(name, rand::random());
+        let dir = self.index_root.join(&storage);
+        remove_storage(&self.db, &dir, &storage)?;
+        self.tree(name, &storage)?
+            .initialise(profile, rand::random())?;
+        self.open_storage(name, &storage)
+    }
+
+    /// Points `name` at `storage` (or forgets it) in one flushed registry write.
+    fn point(&self, name: &str, storage: Option<&str>) -> Result<(), StoreError> {
+        let written = match storage {
+            Some(storage) => self
+                .registry
+                .insert(name.as_bytes(), layout::encode_registry_value(storage))
+                .map(|_| ()),
+            None => self.registry.remove(name.as_bytes()).map(|_| ()),
+        };
+        written.map_err(sled_io(format!(
+            "recording collection '{name}' in the registry"
+        )))?;
         self.registry
             .flush()
-            .map_err(sled_io("flushing the collections registry".into()))?;
-        if validate_collection_name(name).is_ok() {
-            let dir = self.index_root.join(name);
-            match std::fs::remove_dir_all(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(StoreError::Io(format!(
-                        "cannot remove the indexes of collection '{name}' at {}: {e}",
-                        dir.display()
-                    )));
-                }
+            .map(|_| ())
+            .map_err(sled_io("flushing the collections registry".into()))
+    }
+
+    /// The registry's entries: collection name → storage id.
+    fn registered(&self) -> Result<BTreeMap<String, String>, StoreError> {
+        let mut registered = BTreeMap::new();
+        for entry in self.registry.iter() {
+            let (key, value) = entry.map_err(sled_io("reading the collections registry".into()))?;
+            let name = String::from_utf8_lossy(&key).into_owned();
+            let storage = layout::decode_registry_value(&name, &value).map_err(|reason| {
+                StoreError::Corrupt(format!(
+                    "the collections registry is damaged: {reason}; drop collection '{name}' and re-ingest it"
+                ))
+            })?;
+            registered.insert(name, storage);
+        }
+        Ok(registered)
+    }
+
+    /// Brings the registry and the storages back in line after a crash and returns what the
+    /// registry points at: a registered name whose storage holds no initialised tree is
+    /// forgotten; every storage tree and index folder the registry does not point at (an
+    /// unfinished rebuild, a version swapped out or dropped, a creation cut short) is removed.
+    fn reconcile_registry(&self) -> Result<BTreeMap<String, String>, StoreError> {
+        let mut registered = self.registered()?;
+        let trees: HashSet<String> = self
+            .db
+            .tree_names()
+            .iter()
+            .filter_map(|tree| {
+                String::from_utf8_lossy(tree)
+                    .strip_prefix(layout::TREE_PREFIX)
+                    .map(str::to_string)
+            })
+            .collect();
+        let mut forgotten = Vec::new();
+        for (name, storage) in &registered {
+            let initialised = trees.contains(storage) && {
+                let tree = self.tree(name, storage)?;
+                tree.profile()?.is_some() && tree.incarnation()?.is_some()
+            };
+            if !initialised || validate_collection_name(name).is_err() {
+                info!(collection = %name, storage = %storage, "forgetting a registered collection without data");
+                self.point(name, None)?;
+                forgotten.push(name.clone());
             }
         }
-        self.db
-            .drop_tree(collection_tree_name(name))
-            .map_err(sled_io(format!("dropping the tree of collection '{name}'")))?;
-        Ok(())
+        for name in forgotten {
+            registered.remove(&name);
+        }
+        let live: HashSet<&str> = registered.values().map(String::as_str).collect();
+        for storage in trees.iter().filter(|s| !live.contains(s.as_str())) {
+            info!(storage = %storage, "removing a collection version nothing points at (an unfinished rebuild, drop or creation)");
+            remove_storage(&self.db, &self.index_root.join(storage), storage)?;
+        }
+        match std::fs::read_dir(&self.index_root) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let folder = entry.file_name().to_string_lossy().into_owned();
+                    if layout::is_storage_id(&folder) && !live.contains(folder.as_str()) {
+                        info!(storage = %folder, "removing indexes nothing points at");
+                        remove_storage(&self.db, &entry.path(), &folder)?;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StoreError::Io(format!(
+                    "cannot list the index folder {}: {e}",
+                    self.index_root.display()
+                )));
+            }
+        }
+        self.flush()?;
+        Ok(registered)
+    }
+
+    /// Commits a batch to one collection version (live or a rebuild): ONE flushed sled batch,
+    /// then the derived indexes. A version discarded meanwhile gets nothing and the error of
+    /// `discarded`.
+    fn commit_to(
+        &self,
+        handle: &Arc<Collection>,
+        batch: SourceBatch,
+        discarded: impl FnOnce() -> StoreError,
+    ) -> Result<BatchOutcome, StoreError> {
+        let collection = handle.name.as_str();
+        check_source_batch(&handle.name, &handle.profile, &batch)?;
+        let mut indexes = write(&handle.indexes);
+        if handle.dropped.load(Ordering::SeqCst) {
+            return Err(discarded());
+        }
+        let Some(outcome) = handle.tree.commit(&batch.writes, &batch.deletes)? else {
+            return Ok(BatchOutcome::default());
+        };
+        let first = batch
+            .writes
+            .first()
+            .map(|w| w.record.source_id.as_str())
+            .or(batch.deletes.first().map(String::as_str))
+            .unwrap_or_default();
+        self.after_sled_commit(first);
+        debug!(
+            collection,
+            written = batch.writes.len(),
+            deleted = outcome.sources_deleted,
+            chunks = batch.writes.iter().map(|w| w.chunks.len()).sum::<usize>(),
+            removed = outcome.removed.len(),
+            generation = outcome.generation,
+            "sources committed"
+        );
+        let source_ids: Vec<&str> = batch
+            .writes
+            .iter()
+            .map(|w| w.record.source_id.as_str())
+            .chain(batch.deletes.iter().map(String::as_str))
+            .collect();
+        let chunks: Vec<&StoredChunk> = batch.writes.iter().flat_map(|w| &w.chunks).collect();
+        handle.apply_to_indexes(&mut indexes, &source_ids, &outcome, &chunks)?;
+        Ok(BatchOutcome {
+            sources_deleted: outcome.sources_deleted,
+            chunks_removed: outcome.removed.len(),
+        })
+    }
+
+    /// The rebuild in progress `rebuild` names.
+    fn rebuild(&self, rebuild: &Rebuild) -> Result<Arc<Collection>, StoreError> {
+        lock(&self.rebuilds)
+            .get(rebuild.id())
+            .filter(|staged| staged.name == rebuild.collection())
+            .cloned()
+            .ok_or_else(|| rebuild.not_in_progress())
     }
 
     fn collection(&self, name: &str) -> Result<Arc<Collection>, StoreError> {
@@ -593,6 +760,26 @@ impl EmbeddedStore {
             .after_sled_commit
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    /// The storage id collection `name` lives in (tests that reach below the port).
+    #[cfg(test)]
+    pub(crate) fn storage_of(&self, name: &str) -> String {
+        self.collection(name).unwrap().storage.clone()
+    }
+
+    /// The index folder of collection `name`.
+    #[cfg(test)]
+    pub(crate) fn index_dir_of(&self, name: &str) -> PathBuf {
+        self.index_root.join(self.storage_of(name))
+    }
+
+    /// The sled tree of collection `name`.
+    #[cfg(test)]
+    pub(crate) fn sled_tree_of(&self, name: &str) -> sled::Tree {
+        self.db
+            .open_tree(collection_tree_name(&self.storage_of(name)))
+            .unwrap()
     }
 
     /// Overwrites a source's manifest entry with raw bytes (tests of corrupt entries).
@@ -666,6 +853,10 @@ pub(crate) struct IndexState {
 
 impl Drop for EmbeddedStore {
     fn drop(&mut self) {
+        // A rebuild never published is discarded with the store (its data goes with it).
+        for staged in lock(&self.rebuilds).values() {
+            staged.discard();
+        }
         self.wait_for_index_builds();
         if let Err(error) = self.db.flush() {
             warn!(%error, "flushing sled while closing the store failed");
@@ -704,26 +895,13 @@ impl DocumentStore for EmbeddedStore {
             }
             return Ok(());
         }
-        let tree = self.tree(collection)?;
-        let dir = self.index_root.join(collection);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => debug!(collection, "removed indexes left by an earlier incarnation"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(StoreError::Io(format!(
-                    "cannot clear the index folder {} of new collection '{collection}': {e}",
-                    dir.display()
-                )));
-            }
+        let created = self.create_storage(collection, profile)?;
+        if let Err(error) = self.point(collection, Some(&created.storage)) {
+            created.discard();
+            return Err(error);
         }
-        tree.initialise(profile, rand::random())?;
-        self.registry
-            .insert(collection.as_bytes(), &[])
-            .map_err(sled_io(format!("registering collection '{collection}'")))?;
-        self.flush()?;
-        let opened = Collection::open(collection, tree, dir, &self.settings)?;
-        info!(collection, %profile, "created collection");
-        collections.insert(collection.to_string(), opened);
+        info!(collection, %profile, storage = %created.storage, "created collection");
+        collections.insert(collection.to_string(), created);
         Ok(())
     }
 
@@ -763,57 +941,84 @@ impl DocumentStore for EmbeddedStore {
         batch: SourceBatch,
     ) -> Result<BatchOutcome, StoreError> {
         let handle = self.collection(collection)?;
-        check_source_batch(&handle.name, &handle.profile, &batch)?;
-        let mut indexes = write(&handle.indexes);
-        if handle.dropped.load(Ordering::SeqCst) {
-            return Err(StoreError::UnknownCollection(collection.to_string()));
-        }
-        let Some(outcome) = handle.tree.commit(&batch.writes, &batch.deletes)? else {
-            return Ok(BatchOutcome::default());
-        };
-        let first = batch
-            .writes
-            .first()
-            .map(|w| w.record.source_id.as_str())
-            .or(batch.deletes.first().map(String::as_str))
-            .unwrap_or_default();
-        self.after_sled_commit(first);
-        debug!(
-            collection,
-            written = batch.writes.len(),
-            deleted = outcome.sources_deleted,
-            chunks = batch.writes.iter().map(|w| w.chunks.len()).sum::<usize>(),
-            removed = outcome.removed.len(),
-            generation = outcome.generation,
-            "sources committed"
-        );
-        let source_ids: Vec<&str> = batch
-            .writes
-            .iter()
-            .map(|w| w.record.source_id.as_str())
-            .chain(batch.deletes.iter().map(String::as_str))
-            .collect();
-        let chunks: Vec<&StoredChunk> = batch.writes.iter().flat_map(|w| &w.chunks).collect();
-        handle.apply_to_indexes(&mut indexes, &source_ids, &outcome, &chunks)?;
-        Ok(BatchOutcome {
-            sources_deleted: outcome.sources_deleted,
-            chunks_removed: outcome.removed.len(),
+        self.commit_to(&handle, batch, || {
+            StoreError::UnknownCollection(collection.to_string())
         })
     }
 
     fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {
         validate_collection_name(collection)?;
-        let handle = write(&self.collections)
-            .remove(collection)
-            .ok_or_else(|| StoreError::UnknownCollection(collection.to_string()))?;
-        handle.dropped.store(true, Ordering::SeqCst);
-        handle.wait_for_snapshot_builds();
-        let mut indexes = write(&handle.indexes);
-        handle.tree.retire()?;
-        indexes.bm25.close();
-        self.remove_collection_data(collection)?;
-        self.flush()?;
+        let handle = {
+            let mut collections = write(&self.collections);
+            if !collections.contains_key(collection) {
+                return Err(StoreError::UnknownCollection(collection.to_string()));
+            }
+            self.point(collection, None)?;
+            collections
+                .remove(collection)
+                .ok_or_else(|| StoreError::UnknownCollection(collection.to_string()))?
+        };
+        handle.discard();
+        drop(handle);
         info!(collection, "dropped collection");
+        Ok(())
+    }
+
+    fn begin_rebuild(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<Rebuild, StoreError> {
+        validate_collection_name(collection)?;
+        let staged = self.create_storage(collection, profile)?;
+        let rebuild = Rebuild::new(collection, staged.storage.clone());
+        lock(&self.rebuilds).insert(staged.storage.clone(), staged);
+        info!(collection, %profile, rebuild = rebuild.id(), "began rebuilding collection beside the live one");
+        Ok(rebuild)
+    }
+
+    fn commit_rebuild(
+        &self,
+        rebuild: &Rebuild,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
+        let handle = self.rebuild(rebuild)?;
+        self.commit_to(&handle, batch, || rebuild.not_in_progress())
+    }
+
+    fn publish_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError> {
+        let collection = rebuild.collection();
+        let staged = self.rebuild(rebuild)?;
+        let swapped_out = {
+            let mut collections = write(&self.collections);
+            // The commit point: one flushed registry write.
+            self.point(collection, Some(&staged.storage))?;
+            lock(&self.rebuilds).remove(rebuild.id());
+            collections.insert(collection.to_string(), staged)
+        };
+        info!(
+            collection,
+            rebuild = rebuild.id(),
+            "published the rebuild of collection"
+        );
+        if let Some(old) = swapped_out {
+            old.discard();
+        }
+        Ok(())
+    }
+
+    fn abort_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError> {
+        let staged = lock(&self.rebuilds)
+            .remove(rebuild.id())
+            .ok_or_else(|| rebuild.not_in_progress())?;
+        staged.discard();
+        // Waits for a commit in flight; later ones find the rebuild discarded.
+        drop(write(&staged.indexes));
+        info!(
+            collection = rebuild.collection(),
+            rebuild = rebuild.id(),
+            "aborted the rebuild of collection; the live one is untouched"
+        );
         Ok(())
     }
 

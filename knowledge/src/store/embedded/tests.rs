@@ -344,7 +344,7 @@ fn malformed_batches_are_refused_with_the_reason() {
 fn corrupt_manifest_entry_is_reported_not_fatal_and_replacing_it_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let store = garden_store(dir.path());
-    let tree = store.db().open_tree("col/docs").unwrap();
+    let tree = store.sled_tree_of("docs");
     tree.insert(source_key("garden.md"), b"{\"source_id\": 42".as_slice())
         .unwrap();
 
@@ -377,8 +377,10 @@ fn reopening_persists_everything_and_rebuilds_a_missing_index() {
     let dir = tempfile::tempdir().unwrap();
     let before_vector;
     let before_text;
+    let index_dir;
     {
         let store = garden_store(dir.path());
+        index_dir = store.index_dir_of("docs");
         before_vector = store
             .search("docs", &vector_request(vector_for("g0", D), 3))
             .unwrap();
@@ -400,7 +402,7 @@ fn reopening_persists_everything_and_rebuilds_a_missing_index() {
         let state = store.index_state("docs");
         assert_eq!(state.bm25_stamp, Some(state.sled_stamp));
     }
-    std::fs::remove_dir_all(dir.path().join("indexes").join("docs").join("bm25")).unwrap();
+    std::fs::remove_dir_all(index_dir.join("bm25")).unwrap();
     let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
     let state = store.index_state("docs");
     assert_eq!(state.bm25_stamp, Some(state.sled_stamp));
@@ -474,13 +476,15 @@ fn unknown_collections_and_bad_names_and_requests_are_errors() {
 fn dropping_a_collection_removes_it_and_a_new_one_starts_empty() {
     let dir = tempfile::tempdir().unwrap();
     let store = garden_store(dir.path());
+    let index_dir = store.index_dir_of("docs");
+    assert!(index_dir.exists());
     store.drop_collection("docs").unwrap();
     assert!(matches!(
         store.search("docs", &text_request("tomato", 3)),
         Err(StoreError::UnknownCollection(_))
     ));
     assert!(store.collections().unwrap().is_empty());
-    assert!(!dir.path().join("indexes").join("docs").exists());
+    assert!(!index_dir.exists());
     assert!(matches!(
         store.drop_collection("docs"),
         Err(StoreError::UnknownCollection(_))
@@ -536,7 +540,7 @@ fn large_collections_search_an_hnsw_snapshot_that_persists_and_tracks_changes() 
         assert_eq!(header.stamp.generation, 19);
         assert_eq!(state.sled_stamp.generation, 20);
         assert_eq!(state.pending, 16);
-        assert!(dir.path().join("indexes/big/vectors.bin").exists());
+        assert!(store.index_dir_of("big").join("vectors.bin").exists());
     }
     let store = EmbeddedStore::open(dir.path(), settings).unwrap();
     let state = store.index_state("big");
@@ -646,4 +650,161 @@ fn quarantine_entries_persist_across_reopening() {
     assert_eq!(quarantine.get("kb", "evil.md").unwrap(), Some(entry));
     // The quarantine tree is not a collection.
     assert!(store.collections().unwrap().is_empty());
+}
+
+fn tree_names(store: &EmbeddedStore) -> Vec<String> {
+    let mut names: Vec<String> = store
+        .db()
+        .tree_names()
+        .iter()
+        .map(|name| String::from_utf8_lossy(name).into_owned())
+        .filter(|name| name.starts_with(layout::TREE_PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
+fn index_folders(dir: &Path) -> Vec<String> {
+    let mut folders: Vec<String> = std::fs::read_dir(dir.join("indexes"))
+        .map(|entries| {
+            entries
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    folders.sort();
+    folders
+}
+
+/// A data folder written before rebuilds existed (the registry maps names to empty values,
+/// each collection living in `col/<name>` and `indexes/<name>/`) opens unchanged, with the
+/// half-states the old protocol could leave cleaned up; a rebuild then moves the collection
+/// to a fresh storage and removes the old one.
+#[test]
+fn a_data_folder_from_before_rebuilds_opens_unchanged_and_moves_on_its_first_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let garden = vec![
+        chunk("garden.md", "g0", 0, "Tomatoes need full sun", D),
+        chunk("garden.md", "g1", 1, "Prune roses in early spring", D),
+    ];
+    let stray = "docs@00000000000000aa";
+    {
+        let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+        let db = store.db();
+        let legacy = CollectionTree::new("docs", db.open_tree("col/docs").unwrap());
+        legacy.initialise(&profile(D), 7).unwrap();
+        let write = crate::store::SourceWrite {
+            record: record("garden.md", &garden, D),
+            chunks: garden.clone(),
+        };
+        legacy.commit(&[write], &[]).unwrap();
+        let registry = db.open_tree(REGISTRY_TREE).unwrap();
+        registry.insert("docs", b"".as_slice()).unwrap();
+        // A drop cut short (registered, meta keys gone) and a creation cut short (initialised,
+        // never registered), as the old protocol could leave them.
+        let half_dropped = db.open_tree("col/halfdropped").unwrap();
+        half_dropped.insert(b"c/x", b"junk".as_slice()).unwrap();
+        registry.insert("halfdropped", b"".as_slice()).unwrap();
+        CollectionTree::new("halfcreated", db.open_tree("col/halfcreated").unwrap())
+            .initialise(&profile(D), 8)
+            .unwrap();
+        // And what an interrupted rebuild leaves: a storage nothing points at.
+        CollectionTree::new("docs", db.open_tree(format!("col/{stray}")).unwrap())
+            .initialise(&profile(D), 9)
+            .unwrap();
+        std::fs::create_dir_all(dir.path().join("indexes").join(stray).join("bm25")).unwrap();
+        db.flush().unwrap();
+        // The audit of the open store sees what the registry and the storages disagree on.
+        let problems = store.check_consistency().unwrap().problems();
+        let has = |needle: &str| problems.iter().any(|p| p.contains(needle));
+        assert!(has("the registry names collection 'docs'"), "{problems:?}");
+        assert!(has(&format!("sled tree 'col/{stray}'")), "{problems:?}");
+        assert!(has("index folder"), "{problems:?}");
+    }
+
+    let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+    let names: Vec<String> = store
+        .collections()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["docs"]);
+    assert_eq!(
+        store.storage_of("docs"),
+        "docs",
+        "the legacy storage is kept"
+    );
+    assert_eq!(tree_names(&store), ["col/docs"], "half-states are gone");
+    assert_eq!(index_folders(dir.path()), ["docs"]);
+    let manifest = store.manifest("docs").unwrap();
+    assert_eq!(manifest.sources, vec![record("garden.md", &garden, D)]);
+    assert_eq!(
+        ids(&store.search("docs", &text_request("tomatoes", 3)).unwrap()),
+        ["g0"]
+    );
+    let report = store.check_consistency().unwrap();
+    assert!(report.is_consistent(), "{:?}", report.problems());
+    drop(store);
+
+    // Reopened again: the same.
+    let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+    assert_eq!(store.storage_of("docs"), "docs");
+    assert_eq!(store.manifest("docs").unwrap(), manifest);
+
+    // A rebuild moves it to a fresh storage and removes the legacy one.
+    let rebuild = store.begin_rebuild("docs", &profile(D)).unwrap();
+    let kitchen = vec![chunk("kitchen.md", "k0", 0, "Roast tomatoes", D)];
+    store
+        .commit_rebuild(
+            &rebuild,
+            SourceBatch {
+                writes: vec![crate::store::SourceWrite {
+                    record: record("kitchen.md", &kitchen, D),
+                    chunks: kitchen,
+                }],
+                deletes: Vec::new(),
+            },
+        )
+        .unwrap();
+    assert!(store.check_consistency().unwrap().is_consistent());
+    store.publish_rebuild(&rebuild).unwrap();
+    let storage = store.storage_of("docs");
+    assert_eq!(storage, rebuild.id());
+    assert!(layout::is_storage_id(&storage) && storage.starts_with("docs@"));
+    assert_eq!(tree_names(&store), [format!("col/{storage}")]);
+    assert_eq!(index_folders(dir.path()), std::slice::from_ref(&storage));
+    assert!(store.check_consistency().unwrap().is_consistent());
+    drop(store);
+    let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+    assert_eq!(store.storage_of("docs"), storage);
+    assert_eq!(
+        ids(&store.search("docs", &text_request("tomatoes", 3)).unwrap()),
+        ["k0"]
+    );
+}
+
+/// A rebuild in progress is no leftover; closing the store discards it, and an aborted or
+/// published one leaves exactly one storage behind.
+#[test]
+fn rebuilds_leave_no_storage_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = garden_store(dir.path());
+    let live = store.storage_of("docs");
+    let aborted = store.begin_rebuild("docs", &profile(D)).unwrap();
+    let unfinished = store.begin_rebuild("docs", &profile(D)).unwrap();
+    assert_eq!(tree_names(&store).len(), 3);
+    let report = store.check_consistency().unwrap();
+    assert!(report.is_consistent(), "{:?}", report.problems());
+    store.abort_rebuild(&aborted).unwrap();
+    assert_eq!(tree_names(&store).len(), 2);
+    drop(store);
+    let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+    assert_eq!(tree_names(&store), [format!("col/{live}")]);
+    assert_eq!(index_folders(dir.path()), std::slice::from_ref(&live));
+    assert!(matches!(
+        store.publish_rebuild(&unfinished),
+        Err(StoreError::InvalidRequest { .. })
+    ));
+    assert_eq!(store.manifest("docs").unwrap().sources.len(), 2);
 }
