@@ -43,14 +43,14 @@ use std::sync::Arc;
 
 use orkeon_knowledge::fusion::FusionMethod;
 use orkeon_knowledge::store::{
-    BatchOutcome, CheckedQuery, CollectionInfo, DocumentStore, Manifest, SearchRequest,
+    BatchOutcome, CheckedQuery, CollectionInfo, DocumentStore, Manifest, Rebuild, SearchRequest,
     SourceBatch, SourceRecord, StoreError, VectorIndexStatus, check_search, check_source_batch,
     fuse_hybrid, hybrid_depths, validate_collection_name,
 };
 use orkeon_knowledge::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
 use pgvector::Vector;
-use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, Row};
 
 use crate::{PostgresStore, Shared, connection, db_error};
 
@@ -305,60 +305,48 @@ fn scored(rows: Vec<Row>, origin: Option<ScoreOrigin>) -> Result<Vec<ScoredChunk
         .collect()
 }
 
+/// A rebuild's name: never a valid collection name (`@`), so no user request reaches it, and
+/// unique. Leftovers of a rebuild cut short are removed when the store opens
+/// ([`remove_unfinished_rebuilds`]).
+fn staging_name(collection: &str) -> String {
+    format!("{collection}@rebuild-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Drops every rebuild a previous process left unpublished (and its indexes).
+pub(crate) async fn remove_unfinished_rebuilds(
+    client: &mut deadpool_postgres::Object,
+) -> Result<(), StoreError> {
+    let transaction = client
+        .transaction()
+        .await
+        .map_err(|e| db_error("starting a transaction", e))?;
+    let rows = transaction
+        .query(
+            "DELETE FROM collections WHERE strpos(name, '@rebuild-') > 0 RETURNING id",
+            &[],
+        )
+        .await
+        .map_err(|e| db_error("removing unfinished rebuilds", e))?;
+    for row in rows {
+        let id: i64 = row.get(0);
+        transaction
+            .batch_execute(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
+            .await
+            .map_err(|e| db_error("dropping an unfinished rebuild's HNSW index", e))?;
+    }
+    transaction
+        .commit()
+        .await
+        .map_err(|e| db_error("committing the removal of unfinished rebuilds", e))
+}
+
 fn depth(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 impl PostgresStore {
-    fn call<T, Fut>(&self, work: impl FnOnce(Arc<Shared>) -> Fut) -> Result<T, StoreError>
-    where
-        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let shared = self.shared.clone();
-        self.shared.run(work(shared))
-    }
-}
-
-impl DocumentStore for PostgresStore {
-    fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError> {
-        self.call(|shared| async move {
-            let client = connection(&shared.pool).await?;
-            let rows = client
-                .query(
-                    "SELECT id, provider, model, dimensions, chunk_count, source_count, name
-                     FROM collections ORDER BY name",
-                    &[],
-                )
-                .await
-                .map_err(|e| db_error("listing collections", e))?;
-            rows.iter()
-                .map(|row| {
-                    let collection = Collection {
-                        id: row.get(0),
-                        profile: profile_of(row, 1)?,
-                        chunks: row.get(4),
-                    };
-                    let sources: i64 = row.get(5);
-                    Ok(CollectionInfo {
-                        name: row.get(6),
-                        sources: usize::try_from(sources).map_err(corrupt)?,
-                        chunks: usize::try_from(collection.chunks).map_err(corrupt)?,
-                        vector_index: index_status(&shared.settings, &collection),
-                        profile: Some(collection.profile),
-                    })
-                })
-                .collect()
-        })
-    }
-
-    fn ensure_collection(
-        &self,
-        collection: &str,
-        profile: &EmbeddingProfile,
-    ) -> Result<(), StoreError> {
-        validate_collection_name(collection)?;
-        let (name, profile) = (collection.to_string(), profile.clone());
+    /// `ensure_collection` under any name (a rebuild's included).
+    fn ensure_named(&self, name: String, profile: EmbeddingProfile) -> Result<(), StoreError> {
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
             let transaction = client
@@ -415,42 +403,8 @@ impl DocumentStore for PostgresStore {
         })
     }
 
-    fn manifest(&self, collection: &str) -> Result<Manifest, StoreError> {
-        validate_collection_name(collection)?;
-        let name = collection.to_string();
-        self.call(|shared| async move {
-            let client = connection(&shared.pool).await?;
-            let Some(found) = lookup(&client, &name, false).await? else {
-                return Ok(Manifest {
-                    collection: name,
-                    ..Manifest::default()
-                });
-            };
-            let rows = client
-                .query(
-                    "SELECT source_id, content_hash, loader, chunking, embedding_profile, chunk_ids,
-                            ingested_at, validation, stale
-                     FROM sources WHERE collection_id = $1 ORDER BY source_id",
-                    &[&found.id],
-                )
-                .await
-                .map_err(|e| db_error("reading the manifest", e))?;
-            Ok(Manifest {
-                collection: name,
-                profile: Some(found.profile),
-                sources: rows.iter().map(record_of).collect(),
-                corrupt_entries: Vec::new(),
-            })
-        })
-    }
-
-    fn commit_sources(
-        &self,
-        collection: &str,
-        batch: SourceBatch,
-    ) -> Result<BatchOutcome, StoreError> {
-        validate_collection_name(collection)?;
-        let name = collection.to_string();
+    /// `commit_sources` under any name (a rebuild's included).
+    fn commit_named(&self, name: String, batch: SourceBatch) -> Result<BatchOutcome, StoreError> {
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
             let transaction = client
@@ -629,9 +583,8 @@ impl DocumentStore for PostgresStore {
         })
     }
 
-    fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {
-        validate_collection_name(collection)?;
-        let name = collection.to_string();
+    /// `drop_collection` under any name (a rebuild's included).
+    fn drop_named(&self, name: String) -> Result<(), StoreError> {
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
             let transaction = client
@@ -656,6 +609,180 @@ impl DocumentStore for PostgresStore {
                 .await
                 .map_err(|e| db_error("committing a dropped collection", e))
         })
+    }
+
+    fn call<T, Fut>(&self, work: impl FnOnce(Arc<Shared>) -> Fut) -> Result<T, StoreError>
+    where
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = self.shared.clone();
+        self.shared.run(work(shared))
+    }
+}
+
+impl DocumentStore for PostgresStore {
+    fn begin_rebuild(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<Rebuild, StoreError> {
+        validate_collection_name(collection)?;
+        let rebuild = Rebuild::new(collection, staging_name(collection));
+        self.ensure_named(rebuild.id().to_string(), profile.clone())?;
+        Ok(rebuild)
+    }
+
+    fn commit_rebuild(
+        &self,
+        rebuild: &Rebuild,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
+        self.commit_named(rebuild.id().to_string(), batch)
+            .map_err(|e| match e {
+                StoreError::UnknownCollection(_) => rebuild.not_in_progress(),
+                other => other,
+            })
+    }
+
+    fn publish_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError> {
+        let (live, staging) = (rebuild.collection().to_string(), rebuild.id().to_string());
+        let missing = rebuild.not_in_progress();
+        self.call(|shared| async move {
+            let mut client = connection(&shared.pool).await?;
+            let transaction = client
+                .transaction()
+                .await
+                .map_err(|e| db_error("starting a transaction", e))?;
+            if lookup(&transaction, &staging, true).await?.is_none() {
+                return Err(missing);
+            }
+            // One transaction: readers see the old version until it commits, the new one after.
+            let dropped = transaction
+                .query_opt(
+                    "DELETE FROM collections WHERE name = $1 RETURNING id",
+                    &[&live],
+                )
+                .await
+                .map_err(|e| db_error("dropping the replaced version", e))?;
+            if let Some(row) = dropped {
+                let id: i64 = row.get(0);
+                transaction
+                    .batch_execute(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
+                    .await
+                    .map_err(|e| db_error("dropping the replaced version's HNSW index", e))?;
+            }
+            transaction
+                .execute(
+                    "UPDATE collections SET name = $1 WHERE name = $2",
+                    &[&live, &staging],
+                )
+                .await
+                .map_err(|e| db_error("publishing a rebuild", e))?;
+            transaction
+                .commit()
+                .await
+                .map_err(|e| db_error("committing a published rebuild", e))
+        })
+    }
+
+    fn abort_rebuild(&self, rebuild: &Rebuild) -> Result<(), StoreError> {
+        self.drop_named(rebuild.id().to_string())
+            .map_err(|e| match e {
+                StoreError::UnknownCollection(_) => rebuild.not_in_progress(),
+                other => other,
+            })
+    }
+
+    fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError> {
+        self.call(|shared| async move {
+            let client = connection(&shared.pool).await?;
+            let rows = client
+                .query(
+                    "SELECT id, provider, model, dimensions, chunk_count, source_count, name
+                     FROM collections WHERE strpos(name, '@rebuild-') = 0 ORDER BY name",
+                    &[],
+                )
+                .await
+                .map_err(|e| db_error("listing collections", e))?;
+            rows.iter()
+                .map(|row| {
+                    let collection = Collection {
+                        id: row.get(0),
+                        profile: profile_of(row, 1)?,
+                        chunks: row.get(4),
+                    };
+                    let sources: i64 = row.get(5);
+                    Ok(CollectionInfo {
+                        name: row.get(6),
+                        sources: usize::try_from(sources).map_err(corrupt)?,
+                        chunks: usize::try_from(collection.chunks).map_err(corrupt)?,
+                        vector_index: index_status(&shared.settings, &collection),
+                        profile: Some(collection.profile),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn ensure_collection(
+        &self,
+        collection: &str,
+        profile: &EmbeddingProfile,
+    ) -> Result<(), StoreError> {
+        validate_collection_name(collection)?;
+        self.ensure_named(collection.to_string(), profile.clone())
+    }
+
+    fn manifest(&self, collection: &str) -> Result<Manifest, StoreError> {
+        validate_collection_name(collection)?;
+        let name = collection.to_string();
+        self.call(|shared| async move {
+            let mut client = connection(&shared.pool).await?;
+            // One snapshot for the lookup and the rows (see `search`).
+            let client = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(|e| db_error("starting a manifest read", e))?;
+            let Some(found) = lookup(&client, &name, false).await? else {
+                return Ok(Manifest {
+                    collection: name,
+                    ..Manifest::default()
+                });
+            };
+            let rows = client
+                .query(
+                    "SELECT source_id, content_hash, loader, chunking, embedding_profile, chunk_ids,
+                            ingested_at, validation, stale
+                     FROM sources WHERE collection_id = $1 ORDER BY source_id",
+                    &[&found.id],
+                )
+                .await
+                .map_err(|e| db_error("reading the manifest", e))?;
+            Ok(Manifest {
+                collection: name,
+                profile: Some(found.profile),
+                sources: rows.iter().map(record_of).collect(),
+                corrupt_entries: Vec::new(),
+            })
+        })
+    }
+
+    fn commit_sources(
+        &self,
+        collection: &str,
+        batch: SourceBatch,
+    ) -> Result<BatchOutcome, StoreError> {
+        validate_collection_name(collection)?;
+        self.commit_named(collection.to_string(), batch)
+    }
+
+    fn drop_collection(&self, collection: &str) -> Result<(), StoreError> {
+        validate_collection_name(collection)?;
+        self.drop_named(collection.to_string())
     }
 
     fn chunks_of_source(
@@ -718,7 +845,16 @@ impl DocumentStore for PostgresStore {
         let (name, request) = (collection.to_string(), request.clone());
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
-            let found = lookup(&client, &name, false)
+            // One snapshot for the lookup and the legs: a rebuild published meanwhile is seen
+            // whole or not at all.
+            let transaction = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(|e| db_error("starting a search", e))?;
+            let found = lookup(&transaction, &name, false)
                 .await?
                 .ok_or_else(|| unknown(&name))?;
             let settings = &shared.settings;
@@ -728,12 +864,6 @@ impl DocumentStore for PostgresStore {
             };
             let k = search.k;
             let hnsw = uses_hnsw(settings, &found);
-            let transaction = client
-                .build_transaction()
-                .read_only(true)
-                .start()
-                .await
-                .map_err(|e| db_error("starting a search", e))?;
             let tx = &transaction;
             let tune = |vector_depth: usize| {
                 let ef_search = settings

@@ -152,13 +152,19 @@ impl PostgresStore {
             version = SCHEMA_VERSION,
             "PostgreSQL store open"
         );
-        Ok(Self {
+        let store = Self {
             shared: Arc::new(Shared {
                 pool,
                 settings: settings.clone(),
                 bridge,
             }),
-        })
+        };
+        let shared = store.shared.clone();
+        store.shared.run(async move {
+            let mut client = connection(&shared.pool).await?;
+            documents::remove_unfinished_rebuilds(&mut client).await
+        })?;
+        Ok(store)
     }
 
     /// The quarantine in this store's database.
