@@ -74,6 +74,8 @@ impl Connection {
     async fn channel(&self) -> anyhow::Result<(Channel, Bearer)> {
         let channel = Channel::from_shared(self.url.clone())
             .with_context(|| format!("'{}' is not a server URL", self.url))?
+            // Small requests and large answers: never wait for Nagle's algorithm.
+            .tcp_nodelay(true)
             .connect()
             .await
             .with_context(|| {

@@ -87,7 +87,9 @@ pub async fn serve(
         .add_service(crews)
         .add_service(knowledge)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // TCP_NODELAY on every accepted socket: without it, Nagle's algorithm holds the
+            // tail of a large response until the client's delayed ACK (≈40 ms on Linux).
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
         .await?;

@@ -538,6 +538,7 @@ fn view(
                 vector: None,
                 k: 50,
                 rrf_k: 60.0,
+                fusion: Default::default(),
             },
         )
         .expect("search")

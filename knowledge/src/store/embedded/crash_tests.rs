@@ -632,6 +632,7 @@ fn a_killed_rebuild_leaves_the_old_or_the_new_version_whole_and_nothing_behind()
             vector: None,
             k: 1000,
             rrf_k: 60.0,
+            fusion: Default::default(),
         };
         let found = store.search(COLLECTION, &everything).unwrap().len();
         let chunks: usize = state.values().map(Vec::len).sum();
