@@ -15,14 +15,21 @@ use serde_saphyr::figment::Yaml;
 /// The default configuration file, relative to the current directory.
 pub const DEFAULT_CONFIG_FILE: &str = "config/orkeon.yaml";
 
-/// Environment variables with the `ORKEON_` prefix that are not configuration keys (the last two
-/// select the opt-in real-LLM test suite, README "Use a local LLM").
+/// Environment variables with the `ORKEON_` prefix that are not configuration keys: the
+/// opt-in real-LLM test suite's (README "Use a local LLM") and the PostgreSQL test server's
+/// (`scripts/test-postgres`, the `store-postgres` tests).
 const NON_CONFIG_VARS: &[&str] = &[
     "MODELS_DIR",
     "SERVER",
     "TOKEN",
     "TEST_LLM_URL",
     "TEST_LLM_MODEL",
+    "TEST_PG_URL",
+    "TEST_PG_PASSWORD",
+    "TEST_PG_BIN",
+    "REQUIRE_PG",
+    "PG_DIR",
+    "PG_PORT",
 ];
 
 /// The whole configuration.
