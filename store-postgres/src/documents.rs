@@ -884,34 +884,40 @@ impl DocumentStore for PostgresStore {
                     Ok::<_, StoreError>(())
                 }
             };
+            // One leg alone, best first, labelled with its own score origin.
+            let found = &found;
+            let vector_leg = |query: Vec<f32>, leg_depth: usize| async move {
+                let sql = single_leg_sql(
+                    found,
+                    &vector_leg_sql(found, hnsw, "$1", "$2"),
+                    "1 - leg.distance",
+                    "leg.distance, c.id",
+                );
+                let rows = tx
+                    .query(&sql, &[&Vector::from(query), &depth(leg_depth)])
+                    .await
+                    .map_err(|e| db_error("searching vectors", e))?;
+                scored(rows, Some(ScoreOrigin::Vector))
+            };
+            let lexical_leg = |text: String, leg_depth: usize| async move {
+                let sql = single_leg_sql(
+                    found,
+                    &lexical_leg_sql(found, "$1", "$2"),
+                    "leg.score",
+                    "leg.score DESC, c.id",
+                );
+                let rows = tx
+                    .query(&sql, &[&text, &depth(leg_depth)])
+                    .await
+                    .map_err(|e| db_error("searching text", e))?;
+                scored(rows, Some(ScoreOrigin::Bm25))
+            };
             let results = match search.query {
                 CheckedQuery::Vector(query) => {
                     tune(k).await?;
-                    let sql = single_leg_sql(
-                        &found,
-                        &vector_leg_sql(&found, hnsw, "$1", "$2"),
-                        "1 - leg.distance",
-                        "leg.distance, c.id",
-                    );
-                    let rows = transaction
-                        .query(&sql, &[&Vector::from(query), &depth(k)])
-                        .await
-                        .map_err(|e| db_error("searching vectors", e))?;
-                    scored(rows, Some(ScoreOrigin::Vector))?
+                    vector_leg(query, k).await?
                 }
-                CheckedQuery::Bm25(text) => {
-                    let sql = single_leg_sql(
-                        &found,
-                        &lexical_leg_sql(&found, "$1", "$2"),
-                        "leg.score",
-                        "leg.score DESC, c.id",
-                    );
-                    let rows = transaction
-                        .query(&sql, &[&text, &depth(k)])
-                        .await
-                        .map_err(|e| db_error("searching text", e))?;
-                    scored(rows, Some(ScoreOrigin::Bm25))?
-                }
+                CheckedQuery::Bm25(text) => lexical_leg(text.to_string(), k).await?,
                 CheckedQuery::Hybrid(query, text)
                     if request.fusion.method == FusionMethod::Convex =>
                 {
@@ -920,31 +926,9 @@ impl DocumentStore for PostgresStore {
                     // every store uses (`fuse_hybrid`).
                     let (vector_depth, lexical_depth) = hybrid_depths(k, None);
                     tune(vector_depth).await?;
-                    let sql = single_leg_sql(
-                        &found,
-                        &vector_leg_sql(&found, hnsw, "$1", "$2"),
-                        "1 - leg.distance",
-                        "leg.distance, c.id",
-                    );
-                    let rows = transaction
-                        .query(&sql, &[&Vector::from(query), &depth(vector_depth)])
-                        .await
-                        .map_err(|e| db_error("searching vectors", e))?;
-                    let vector_hits = scored(rows, Some(ScoreOrigin::Vector))?;
+                    let vector_hits = vector_leg(query, vector_depth).await?;
                     let lexical_hits = match text {
-                        Some(text) => {
-                            let sql = single_leg_sql(
-                                &found,
-                                &lexical_leg_sql(&found, "$1", "$2"),
-                                "leg.score",
-                                "leg.score DESC, c.id",
-                            );
-                            let rows = transaction
-                                .query(&sql, &[&text, &depth(lexical_depth)])
-                                .await
-                                .map_err(|e| db_error("searching text", e))?;
-                            scored(rows, Some(ScoreOrigin::Bm25))?
-                        }
+                        Some(text) => lexical_leg(text.to_string(), lexical_depth).await?,
                         None => Vec::new(),
                     };
                     fuse_hybrid(vector_hits, lexical_hits, search.rrf_k, &request.fusion, k)
@@ -957,7 +941,7 @@ impl DocumentStore for PostgresStore {
                     let text = text.unwrap_or("");
                     let rows = transaction
                         .query(
-                            &hybrid_sql(&found, hnsw),
+                            &hybrid_sql(found, hnsw),
                             &[
                                 &Vector::from(query),
                                 &text,
