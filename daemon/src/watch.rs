@@ -51,7 +51,17 @@ fn debouncer(
     Ok((debouncer, rx))
 }
 
-pub(crate) fn is_crew_file(path: &Path) -> bool {
+/// The crew files (`*.yaml`, `*.yml`) directly in `dir`, sorted.
+pub(crate) fn crew_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_crew_file(p))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn is_crew_file(path: &Path) -> bool {
     matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml") | Some("yml")
@@ -75,12 +85,7 @@ impl CrewsWatcher {
     ) -> anyhow::Result<Self> {
         let dir = std::fs::canonicalize(&dir)
             .map_err(|e| anyhow::anyhow!("crews folder {}: {e}", dir.display()))?;
-        let mut initial: Vec<PathBuf> = std::fs::read_dir(&dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_crew_file(p))
-            .collect();
-        initial.sort();
-        for path in &initial {
+        for path in &crew_files(&dir)? {
             load(path, &engine, &sources, checks.as_ref());
         }
         let (mut debouncer, mut rx) = debouncer(delay)?;

@@ -99,16 +99,11 @@ fn script_folder(file: &Path) -> anyhow::Result<PathBuf> {
 /// `crew.kickoff`'s error when named).
 fn load_crews(services: &Services) {
     let dir = &services.config.crews_dir;
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(files) = crate::watch::crew_files(dir) else {
         tracing::warn!(dir = %dir.display(), "no crews folder: crew.kickoff will find no crew");
         return;
     };
     let checks = HostChecks::new(&services.config);
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| crate::watch::is_crew_file(p))
-        .collect();
-    files.sort();
     for file in files {
         services
             .registry

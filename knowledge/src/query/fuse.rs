@@ -105,6 +105,15 @@ pub fn rrf(rankings: Vec<Vec<ScoredChunk>>, rrf_k: f32) -> Vec<ScoredChunk> {
         .map(|ranking| ranking.iter().map(|c| c.chunk.id.as_str()).collect())
         .collect();
     let fused = reciprocal_rank_fusion(&ids, rrf_k as f64, usize::MAX);
+    labelled(&rankings, fused, ScoreOrigin::Rrf)
+}
+
+/// The fused `(id, score)` list as the rankings' chunks, labelled `origin`, best first.
+fn labelled(
+    rankings: &[Vec<ScoredChunk>],
+    fused: Vec<(String, f64)>,
+    origin: ScoreOrigin,
+) -> Vec<ScoredChunk> {
     let mut chunks: HashMap<&str, &ScoredChunk> = HashMap::new();
     for candidate in rankings.iter().flatten() {
         chunks
@@ -116,7 +125,7 @@ pub fn rrf(rankings: Vec<Vec<ScoredChunk>>, rrf_k: f32) -> Vec<ScoredChunk> {
         .filter_map(|(id, score)| {
             chunks.get(id.as_str()).map(|candidate| ScoredChunk {
                 score: score as f32,
-                origin: ScoreOrigin::Rrf,
+                origin,
                 ..(*candidate).clone()
             })
         })
@@ -144,24 +153,7 @@ pub fn convex(rankings: Vec<Vec<ScoredChunk>>, normalization: Normalization) -> 
         })
         .collect();
     let fused = convex_fusion(&legs, normalization, usize::MAX);
-    let mut chunks: HashMap<&str, &ScoredChunk> = HashMap::new();
-    for candidate in rankings.iter().flatten() {
-        chunks
-            .entry(candidate.chunk.id.as_str())
-            .or_insert(candidate);
-    }
-    let mut out: Vec<ScoredChunk> = fused
-        .into_iter()
-        .filter_map(|(id, score)| {
-            chunks.get(id.as_str()).map(|candidate| ScoredChunk {
-                score: score as f32,
-                origin: ScoreOrigin::Convex,
-                ..(*candidate).clone()
-            })
-        })
-        .collect();
-    sort_by_score(&mut out);
-    out
+    labelled(&rankings, fused, ScoreOrigin::Convex)
 }
 
 /// Combines the rankings with the method `kind` (and, for fusion transforms, `fusion`) calls
