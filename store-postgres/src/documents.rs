@@ -320,24 +320,42 @@ pub(crate) async fn remove_unfinished_rebuilds(
         .transaction()
         .await
         .map_err(|e| db_error("starting a transaction", e))?;
-    let rows = transaction
-        .query(
-            "DELETE FROM collections WHERE strpos(name, '@rebuild-') > 0 RETURNING id",
-            &[],
-        )
-        .await
-        .map_err(|e| db_error("removing unfinished rebuilds", e))?;
-    for row in rows {
-        let id: i64 = row.get(0);
-        transaction
-            .batch_execute(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
-            .await
-            .map_err(|e| db_error("dropping an unfinished rebuild's HNSW index", e))?;
-    }
+    delete_collections(
+        &transaction,
+        "strpos(name, '@rebuild-') > 0",
+        &[],
+        "removing unfinished rebuilds",
+    )
+    .await?;
     transaction
         .commit()
         .await
         .map_err(|e| db_error("committing the removal of unfinished rebuilds", e))
+}
+
+/// Deletes the collections matching `condition` (their chunks and manifest go with them) and
+/// drops their HNSW indexes, inside `transaction`; returns how many.
+async fn delete_collections(
+    transaction: &deadpool_postgres::Transaction<'_>,
+    condition: &str,
+    params: &[&(dyn ToSql + Sync)],
+    what: &str,
+) -> Result<usize, StoreError> {
+    let rows = transaction
+        .query(
+            &format!("DELETE FROM collections WHERE {condition} RETURNING id"),
+            params,
+        )
+        .await
+        .map_err(|e| db_error(what, e))?;
+    for row in &rows {
+        let id: i64 = row.get(0);
+        transaction
+            .batch_execute(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
+            .await
+            .map_err(|e| db_error(what, e))?;
+    }
+    Ok(rows.len())
 }
 
 fn depth(value: usize) -> i64 {
@@ -591,19 +609,12 @@ impl PostgresStore {
                 .transaction()
                 .await
                 .map_err(|e| db_error("starting a transaction", e))?;
-            let dropped = transaction
-                .query_opt(
-                    "DELETE FROM collections WHERE name = $1 RETURNING id",
-                    &[&name],
-                )
-                .await
-                .map_err(|e| db_error("dropping a collection", e))?
-                .ok_or_else(|| unknown(&name))?;
-            let id: i64 = dropped.get(0);
-            transaction
-                .batch_execute(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
-                .await
-                .map_err(|e| db_error("dropping the collection's HNSW index", e))?;
+            let dropped =
+                delete_collections(&transaction, "name = $1", &[&name], "dropping a collection")
+                    .await?;
+            if dropped == 0 {
+                return Err(unknown(&name));
+            }
             transaction
                 .commit()
                 .await
@@ -658,20 +669,13 @@ impl DocumentStore for PostgresStore {
                 return Err(missing);
             }
             // One transaction: readers see the old version until it commits, the new one after.
-            let dropped = transaction
-                .query_opt(
-                    "DELETE FROM collections WHERE name = $1 RETURNING id",
-                    &[&live],
-                )
-                .await
-                .map_err(|e| db_error("dropping the replaced version", e))?;
-            if let Some(row) = dropped {
-                let id: i64 = row.get(0);
-                transaction
-                    .batch_execute(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
-                    .await
-                    .map_err(|e| db_error("dropping the replaced version's HNSW index", e))?;
-            }
+            delete_collections(
+                &transaction,
+                "name = $1",
+                &[&live],
+                "dropping the replaced version",
+            )
+            .await?;
             transaction
                 .execute(
                     "UPDATE collections SET name = $1 WHERE name = $2",
