@@ -542,6 +542,8 @@ fn rebuild_and_kill(dir: &Path, kill: RebuildKill) -> bool {
     let mut commits = 0;
     for line in lines.by_ref() {
         let line = line.unwrap();
+        // The harness writes "test <name> ... " before the child's first line, unterminated.
+        let line = line.rsplit_once(" ... ").map_or(line.as_str(), |(_, l)| l);
         published |= line == "PUBLISHED";
         let now = match kill {
             RebuildKill::AfterBegin => line == "BEGUN",
@@ -575,7 +577,6 @@ fn rebuild_and_kill(dir: &Path, kill: RebuildKill) -> bool {
 /// A rebuild killed at any point leaves the collection whole — the old version until the
 /// publish, the new one after — consistent, and with no storage left but the one serving it.
 #[test]
-#[ignore = "does not finish yet (hangs in one of its kill points; not yet diagnosed)"]
 fn a_killed_rebuild_leaves_the_old_or_the_new_version_whole_and_nothing_behind() {
     let mut rng = rand::rng();
     let kills = [
