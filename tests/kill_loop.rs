@@ -1,12 +1,13 @@
 //! End to end: the real `orkeon daemon` (real models) SIGKILLed again and again on one data
 //! folder. Each iteration edits the crew's multi-part sources now and then (a CSV of a few
 //! hundred rows, a multi-page PDF), starts the daemon — whose crew kicks off on load and
-//! ingests them — rewrites the crew file (hot reload), creates or drops a second collection
-//! over gRPC, sends concurrent Kickoffs with idempotency keys, and kills the daemon after a
-//! random delay (seeded: the seed is printed, `ORKEON_KILL_SEED` replays it) that falls in its
+//! ingests them — rewrites the crew file (hot reload), creates, reindexes or drops a second
+//! collection over gRPC, sends concurrent Kickoffs with idempotency keys, and kills the daemon
+//! after a random delay (seeded: the seed is printed, `ORKEON_KILL_SEED` replays it) that falls in its
 //! startup or in that work. After each kill, with the daemon dead, the checker opens the store
 //! and asserts: every collection is consistent (`EmbeddedStore::check_consistency`: manifest =
-//! chunks = indexes), each multi-part file is whole at exactly one version of it, every
+//! chunks = indexes, no collection version left behind by a killed reindex), the second
+//! collection is absent or whole, each multi-part file is whole at exactly one version of it, every
 //! acknowledged idempotency key resolves to its run, every run is either `running` (killed) or
 //! ended with a terminal `run_finished` event, runs found `running` are ended by the next start,
 //! and the quarantine is readable and disjoint from the manifests.
@@ -27,7 +28,7 @@ use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::crew_service_client::CrewServiceClient;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
 use orkeon_knowledge::settings::StoreSettings;
-use orkeon_knowledge::store::{DocumentStore, EmbeddedStore};
+use orkeon_knowledge::store::{DocumentStore, EmbeddedStore, StoreError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};
@@ -277,7 +278,8 @@ async fn work(url: String, crews_dir: PathBuf, iteration: usize, acked: Acked) {
     }
     // Hot reload: rewrite the crew file.
     fs::write(crews_dir.join("kb-crew.yaml"), crew_yaml(iteration + 1)).expect("rewrite crew");
-    // Create or drop a second collection.
+    // Create, reindex (built beside the live version, swapped atomically) or drop a second
+    // collection.
     if iteration % 3 == 2 {
         let _ = knowledge
             .delete_collection(pb::DeleteCollectionRequest {
@@ -290,7 +292,7 @@ async fn work(url: String, crews_dir: PathBuf, iteration: usize, acked: Acked) {
                 collection: EXTRA.into(),
                 sources: vec!["notes/*.md".into()],
                 chunking: None,
-                reindex: false,
+                reindex: iteration % 3 == 1,
                 replace: false,
             })
             .await;
@@ -352,6 +354,35 @@ fn check(workspace: &Workspace, acked: &Acked, carry: &mut Carry, started: bool,
             "{label}: {file} has {parts} parts, its version has {expected}"
         );
         carry.versions_seen.insert(hash.to_string());
+    }
+
+    // The second collection (created, reindexed beside its live version and dropped over and
+    // over): absent, or serving its one source whole — never a half-built rebuild.
+    match store.manifest(EXTRA) {
+        Ok(manifest) => {
+            assert!(
+                manifest.sources.len() <= 1,
+                "{label}: {EXTRA} serves {} sources, its only one is notes/extra.md",
+                manifest.sources.len()
+            );
+            for source in &manifest.sources {
+                assert!(
+                    source.source_id.ends_with("extra.md"),
+                    "{label}: {EXTRA} serves {}",
+                    source.source_id
+                );
+                let chunks = store
+                    .chunks_of_source(EXTRA, &source.source_id)
+                    .expect("chunks of the second collection");
+                assert!(
+                    chunks.iter().any(|c| c.text.contains("Lyon")),
+                    "{label}: {EXTRA} serves {} without its chunks",
+                    source.source_id
+                );
+            }
+        }
+        Err(StoreError::UnknownCollection(_)) => {}
+        Err(e) => panic!("{label}: the manifest of {EXTRA} is unreadable: {e}"),
     }
 
     // Runs: every acknowledged key resolves to its run; every run is running or ended by a
