@@ -165,6 +165,11 @@ pub struct ChunkingSettings {
     pub strategy: String,
     /// Upper bound of a chunk, in embedding-model tokens.
     pub max_tokens: usize,
+    /// Chunk size relative to the embedding model: this percentage (1–100) of the model's
+    /// maximum sequence length, special tokens excluded (bge-small-en-v1.5 reads 512: 94 →
+    /// 479 tokens). Set, it replaces `max_tokens`; the model must be one of the catalogue's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens_percent: Option<u8>,
     /// Tokens repeated between neighbouring chunks (recursive, sentence).
     pub overlap: usize,
     /// Semantic chunker: split where adjacent sentences' cosine similarity falls below the
@@ -177,6 +182,7 @@ impl Default for ChunkingSettings {
         Self {
             strategy: "recursive".into(),
             max_tokens: 256,
+            max_tokens_percent: None,
             overlap: 32,
             breakpoint_percentile: 10,
         }
@@ -186,10 +192,13 @@ impl Default for ChunkingSettings {
 impl ChunkingSettings {
     /// A stable text form, part of every chunk's content hash.
     pub fn fingerprint(&self) -> String {
+        let max = match self.max_tokens_percent {
+            None => self.max_tokens.to_string(),
+            Some(percent) => format!("{percent}%"),
+        };
         format!(
-            "{}:max={}:overlap={}:bp={}",
+            "{}:max={max}:overlap={}:bp={}",
             self.strategy.to_ascii_lowercase(),
-            self.max_tokens,
             self.overlap,
             self.breakpoint_percentile
         )

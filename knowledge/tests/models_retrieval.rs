@@ -69,6 +69,7 @@ fn semantic(max_tokens: usize) -> (Arc<dyn Chunker>, Arc<OnnxEmbedder>) {
     let settings = ChunkingSettings {
         strategy: "semantic".into(),
         max_tokens,
+        max_tokens_percent: None,
         overlap: 4,
         breakpoint_percentile: 10,
     };

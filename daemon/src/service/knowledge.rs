@@ -64,6 +64,11 @@ impl ChunkingOverrides {
                 .clone()
                 .unwrap_or_else(|| defaults.strategy.clone()),
             max_tokens: self.max_tokens.unwrap_or(defaults.max_tokens),
+            // A size the request names wins over a model-relative default size.
+            max_tokens_percent: match self.max_tokens {
+                Some(_) => None,
+                None => defaults.max_tokens_percent,
+            },
             overlap: self.overlap.unwrap_or(defaults.overlap),
             ..defaults.clone()
         })
@@ -606,6 +611,7 @@ mod tests {
         let defaults = ChunkingSettings {
             strategy: "recursive".into(),
             max_tokens: 256,
+            max_tokens_percent: None,
             overlap: 32,
             breakpoint_percentile: 10,
         };

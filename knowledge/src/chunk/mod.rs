@@ -98,9 +98,17 @@ pub fn build_chunker(
             name: settings.strategy.clone(),
             known: KNOWN_CHUNKERS.to_vec(),
         })?;
-    validate_settings(settings)?;
+    let model_max = embedder
+        .as_ref()
+        .and_then(|e| model_max_tokens(&e.profile().model));
+    let max_tokens = resolve_max_tokens(settings, model_max)?;
+    validate_settings(&ChunkingSettings {
+        max_tokens,
+        max_tokens_percent: None,
+        ..settings.clone()
+    })?;
     let bounds = ChunkBounds {
-        max_tokens: settings.max_tokens,
+        max_tokens,
         overlap: settings.overlap,
     };
     let chunker: Arc<dyn Chunker> = match strategy {
@@ -127,8 +135,61 @@ pub fn build_chunker(
     Ok(chunker)
 }
 
+/// The catalogue's maximum sequence length of the embedding model `model`, special tokens
+/// excluded (`None` for a model outside the catalogue or not an embedding model).
+pub fn model_max_tokens(model: &str) -> Option<usize> {
+    match crate::embed::models::find_spec(model)?.kind {
+        crate::embed::models::ModelKind::Embedding { max_tokens, .. } => {
+            // [CLS] and [SEP] (or their equivalents) take two positions.
+            Some(max_tokens.saturating_sub(2))
+        }
+        crate::embed::models::ModelKind::CrossEncoder { .. } => None,
+    }
+}
+
+/// The chunk size `settings` ask for: `max_tokens`, or `max_tokens_percent` of `model_max`
+/// (the embedding model's maximum sequence length without special tokens, rounded down).
+pub fn resolve_max_tokens(
+    settings: &ChunkingSettings,
+    model_max: Option<usize>,
+) -> Result<usize, ChunkError> {
+    let Some(percent) = settings.max_tokens_percent else {
+        return Ok(settings.max_tokens);
+    };
+    if !(1..=100).contains(&percent) {
+        return Err(ChunkError::OutOfRange {
+            key: "max_tokens_percent",
+            message: format!(
+                "chunking.max_tokens_percent is {percent}, but it is a share of the embedding \
+                 model's maximum sequence length: use 1 to 100"
+            ),
+        });
+    }
+    let model_max = model_max.ok_or_else(|| {
+        ChunkError::InvalidSettings(
+            "chunking.max_tokens_percent needs the embedding model's maximum sequence length, \
+             but the collection's embedding model is not in the model catalogue; set \
+             chunking.max_tokens instead"
+                .to_string(),
+        )
+    })?;
+    Ok(model_max * percent as usize / 100)
+}
+
 /// Checks the numeric settings; each message names the offending key and the accepted range.
+/// A `max_tokens_percent` is checked for its range here and resolved by [`build_chunker`].
 pub fn validate_settings(settings: &ChunkingSettings) -> Result<(), ChunkError> {
+    if let Some(percent) = settings.max_tokens_percent {
+        if !(1..=100).contains(&percent) {
+            return resolve_max_tokens(settings, None).map(|_| ());
+        }
+        // The overlap is checked against the resolved size when the chunker is built.
+        return validate_settings(&ChunkingSettings {
+            max_tokens: usize::MAX,
+            max_tokens_percent: None,
+            ..settings.clone()
+        });
+    }
     if settings.max_tokens < MIN_MAX_TOKENS {
         return Err(ChunkError::OutOfRange {
             key: "max_tokens",
@@ -182,6 +243,7 @@ mod tests {
             max_tokens,
             overlap,
             breakpoint_percentile: 10,
+            ..ChunkingSettings::default()
         }
     }
 
@@ -258,6 +320,63 @@ mod tests {
         // The smallest valid configuration builds.
         assert!(build_chunker(&settings("recursive", 8, 3), test_counter(), None).is_ok());
         assert!(build_chunker(&settings("recursive", 8, 0), test_counter(), None).is_ok());
+    }
+
+    #[test]
+    fn a_size_relative_to_the_model_resolves_from_the_catalogue() {
+        // bge-small-en-v1.5 reads 512 positions, two of them special tokens.
+        assert_eq!(model_max_tokens("bge-small-en-v1.5"), Some(510));
+        assert_eq!(model_max_tokens("ms-marco-MiniLM-L-12-v2"), None);
+        assert_eq!(model_max_tokens("no-such-model"), None);
+        let mut relative = settings("recursive", 256, 32);
+        relative.max_tokens_percent = Some(94);
+        assert_eq!(resolve_max_tokens(&relative, Some(510)).unwrap(), 479);
+        relative.max_tokens_percent = Some(100);
+        assert_eq!(resolve_max_tokens(&relative, Some(510)).unwrap(), 510);
+        // Without it, max_tokens as written.
+        assert_eq!(
+            resolve_max_tokens(&settings("recursive", 256, 32), None).unwrap(),
+            256
+        );
+        assert_ne!(
+            relative.fingerprint(),
+            settings("recursive", 256, 32).fingerprint()
+        );
+
+        // A model outside the catalogue (the hash embedder) cannot resolve a share.
+        let hash: Arc<dyn Embedder> = Arc::new(crate::embed::HashEmbedder::new(16));
+        let err = match build_chunker(&relative, test_counter(), Some(hash)) {
+            Ok(_) => panic!("a share of an unknown model's length built"),
+            Err(e) => e,
+        };
+        assert!(
+            err.to_string().contains("chunking.max_tokens_percent"),
+            "{err}"
+        );
+        for bad in [0u8, 101] {
+            relative.max_tokens_percent = Some(bad);
+            let err = validate_settings(&relative).unwrap_err();
+            assert!(matches!(
+                err,
+                ChunkError::OutOfRange {
+                    key: "max_tokens_percent",
+                    ..
+                }
+            ));
+        }
+        // A share too small for the overlap fails at build time, naming overlap.
+        relative.max_tokens_percent = Some(10);
+        assert!(validate_settings(&relative).is_ok());
+        let err = resolve_max_tokens(&relative, Some(510))
+            .and_then(|max| {
+                validate_settings(&ChunkingSettings {
+                    max_tokens: max,
+                    max_tokens_percent: None,
+                    ..relative.clone()
+                })
+            })
+            .unwrap_err();
+        assert!(matches!(err, ChunkError::OutOfRange { key: "overlap", .. }));
     }
 
     #[test]

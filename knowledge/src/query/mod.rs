@@ -30,6 +30,7 @@ use crate::store::StoreError;
 use crate::types::RagAnswer;
 use orkeon_crews::ports::{ChatError, ChatModel};
 
+pub mod aggregate;
 pub mod assemble;
 pub mod fuse;
 pub mod generate;

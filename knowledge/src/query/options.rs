@@ -15,9 +15,9 @@ use crate::registry::{Label, UnknownName};
 use crate::settings::RagSettings;
 pub use crate::settings::query::{
     ContextOrdering, ContextSettings, CorrectiveSettings, CorrectiveWebFallbackSettings,
-    FusionMethod, GenerationSettings, GroundednessSettings, HybridSettings, MmrSettings,
-    Normalization, QueryRoutingSettings, QueryTransformSettings, RerankBlend, RerankSettings,
-    RetrievalSettings, WebFallbackSettings,
+    DocumentAggregation, FusionMethod, GenerationSettings, GroundednessSettings, HybridSettings,
+    MmrSettings, Normalization, QueryRoutingSettings, QueryTransformSettings, RerankBlend,
+    RerankSettings, RetrievalSettings, WebFallbackSettings,
 };
 
 /// Profile names with a preset, in documentation order.
@@ -42,6 +42,14 @@ Do not use outside knowledge and do not invent facts, numbers, names or sources.
 /// 0.3 / 0.7 below it; README "Retrieval quality").
 pub const DEFAULT_VECTOR_WEIGHT: f32 = 0.7;
 pub const DEFAULT_BM25_WEIGHT: f32 = 0.3;
+
+/// Weight of a document's other chunks for `rag.retrieval.aggregate: max-sum` unless
+/// `rag.retrieval.aggregate_sum_weight` says otherwise.
+pub const DEFAULT_AGGREGATE_SUM_WEIGHT: f32 = 0.1;
+
+/// The rank `rag.rerank.skip_gap` compares the best fused score with, unless
+/// `rag.rerank.skip_gap_rank` names another.
+pub const DEFAULT_SKIP_GAP_RANK: usize = 2;
 
 /// Cross-encoder model used by the `onnx` reranker unless `rag.rerank.model` names another.
 pub const DEFAULT_RERANK_MODEL: &str = "ms-marco-MiniLM-L-12-v2";
@@ -75,6 +83,23 @@ pub struct RetrievalOptions {
     /// How hybrid search (and `rag-fusion`) combines rankings.
     pub fusion: HybridFusion,
     pub mmr: MmrOptions,
+    /// Document-level aggregation of the fused chunk scores.
+    pub aggregate: AggregateOptions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AggregateOptions {
+    pub method: DocumentAggregation,
+    /// Weight of a document's other chunks' scores (`max-sum`), in [0, 1].
+    pub sum_weight: f32,
+}
+
+/// When the rerank stage skips its reranker: the best fused score leads the one at `rank`
+/// (1-based) by at least `gap`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RerankSkip {
+    pub gap: f32,
+    pub rank: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -102,6 +127,8 @@ pub struct RerankOptions {
     pub candidates: Option<usize>,
     /// Passage cut before the cross-encoder reads it, in characters (`None`: whole passages).
     pub max_passage_chars: Option<usize>,
+    /// Skip the reranker when retrieval is decisive (`None`: always rerank).
+    pub skip: Option<RerankSkip>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -165,6 +192,7 @@ struct Preset {
     blend: RerankBlend,
     rerank_candidates: Option<usize>,
     max_passage_chars: Option<usize>,
+    aggregate: DocumentAggregation,
 }
 
 impl Preset {
@@ -187,6 +215,7 @@ impl Preset {
             blend: RerankBlend::Replace,
             rerank_candidates: None,
             max_passage_chars: None,
+            aggregate: DocumentAggregation::None,
         }
     }
 }
@@ -205,6 +234,7 @@ const BALANCED: Preset = Preset {
     blend: RerankBlend::Convex,
     rerank_candidates: Some(20),
     max_passage_chars: Some(600),
+    aggregate: DocumentAggregation::None,
 };
 
 fn preset(profile: &str) -> Option<Preset> {
@@ -297,6 +327,15 @@ pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptio
         ("retrieval.hybrid.bm25_weight", fusion.bm25_weight as f64),
     ])
     .map_err(|reason| invalid("retrieval.hybrid", reason))?;
+    let sum_weight = r
+        .aggregate_sum_weight
+        .unwrap_or(DEFAULT_AGGREGATE_SUM_WEIGHT);
+    if !(sum_weight.is_finite() && (0.0..=1.0).contains(&sum_weight)) {
+        return Err(invalid(
+            "retrieval.aggregate_sum_weight",
+            format!("must lie in [0, 1], found {sum_weight}"),
+        ));
+    }
     let lambda = r.mmr.lambda.unwrap_or(0.7);
     if !(0.0..=1.0).contains(&lambda) {
         return Err(invalid(
@@ -342,6 +381,26 @@ pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptio
         .or(preset.max_passage_chars)
         .map(|n| positive("rerank.max_passage_chars", n))
         .transpose()?;
+
+    let skip = match rr.skip_gap {
+        None => None,
+        Some(gap) if !(gap.is_finite() && gap >= 0.0) => {
+            return Err(invalid(
+                "rerank.skip_gap",
+                format!("must be a finite number at least 0, found {gap}"),
+            ));
+        }
+        Some(gap) => {
+            let rank = rr.skip_gap_rank.unwrap_or(DEFAULT_SKIP_GAP_RANK);
+            if rank < 2 {
+                return Err(invalid(
+                    "rerank.skip_gap_rank",
+                    format!("must be at least 2 (the best score is rank 1), found {rank}"),
+                ));
+            }
+            Some(RerankSkip { gap, rank })
+        }
+    };
 
     let max_tokens = positive(
         "context.max_tokens",
@@ -392,6 +451,10 @@ pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptio
                 enabled: r.mmr.enabled.unwrap_or(false),
                 lambda,
             },
+            aggregate: AggregateOptions {
+                method: r.aggregate.unwrap_or(preset.aggregate),
+                sum_weight,
+            },
         },
         query_transform: QueryTransformOptions {
             mode,
@@ -406,6 +469,7 @@ pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptio
             blend_weight,
             candidates: rerank_candidates,
             max_passage_chars,
+            skip,
         },
         context: ContextOptions {
             max_tokens,
@@ -492,6 +556,13 @@ mod tests {
             (q.rerank.blend, q.rerank.candidates),
             (b.rerank.blend, b.rerank.candidates)
         );
+        // Chunks rank on their own unless a profile or key says otherwise; always rerank.
+        assert_eq!(b.retrieval.aggregate.method, DocumentAggregation::None);
+        assert_eq!(
+            b.retrieval.aggregate.sum_weight,
+            DEFAULT_AGGREGATE_SUM_WEIGHT
+        );
+        assert_eq!(b.rerank.skip, None);
 
         let c = resolve_options("corrective", &RagSettings::default()).unwrap();
         assert!(c.retrieval.hybrid);

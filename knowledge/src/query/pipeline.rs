@@ -14,18 +14,19 @@ use orkeon_crews::ports::ChatModel;
 use serde_json::json;
 use tracing::Instrument;
 
+use super::aggregate::aggregate_documents;
 use super::assemble::{AssembledContext, assemble};
 use super::fuse::{FuseMethod, fuse};
 use super::generate::{GenerateStep, all_citations, no_context_answer};
 use super::groundedness::GroundednessChecker;
 use super::mmr::mmr_reorder;
-use super::options::RagOptions;
+use super::options::{RagOptions, RerankSkip};
 use super::rerank::blend::{BlendSettings, blend};
 use super::rerank::{Reranker, RerankerContext, RerankerFactory};
 use super::transform::{QueryTransformer, TransformKind, TransformerFactory};
 use super::{QueryError, RagPipeline, RagQuery, RetrieveOnly};
 use crate::embed::{Embedder, TokenCounter};
-use crate::settings::query::RerankBlend;
+use crate::settings::query::{DocumentAggregation, RerankBlend};
 use crate::store::{DocumentStore, SearchMode, SearchRequest};
 use crate::types::{RagAnswer, RagTrace, ScoredChunk};
 
@@ -57,6 +58,53 @@ pub struct StagedRagPipeline {
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Whether retrieval is decisive enough to skip the reranker (`rag.rerank.skip_gap`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SkipDecision {
+    pub skip: bool,
+    /// Best fused score minus the score at `rule.rank` (the last one when there are fewer);
+    /// `None` with fewer than two candidates.
+    pub gap: Option<f32>,
+    pub reason: String,
+    pub rule: RerankSkip,
+}
+
+/// Decides [`SkipDecision`] for the fused candidates: skip when the best score leads the one at
+/// `rule.rank` (or the last, with fewer candidates) by at least `rule.gap`, or when there are
+/// fewer than two candidates (nothing to reorder). All-equal scores have gap 0: reranked
+/// unless `rule.gap` is 0.
+pub(crate) fn decisive(fused: &[ScoredChunk], rule: RerankSkip) -> SkipDecision {
+    let mut scores: Vec<f32> = fused.iter().map(|c| c.score).collect();
+    scores.sort_by(|a, b| b.total_cmp(a));
+    if scores.len() < 2 {
+        return SkipDecision {
+            skip: true,
+            gap: None,
+            reason: format!(
+                "{} candidate(s): nothing for the reranker to reorder",
+                scores.len()
+            ),
+            rule,
+        };
+    }
+    let at = rule.rank.min(scores.len());
+    let gap = scores[0] - scores[at - 1];
+    let skip = gap.is_finite() && gap >= rule.gap;
+    let reason = format!(
+        "best fused score {:.4} leads rank {at} ({:.4}) by {gap:.4}, {} skip_gap {}",
+        scores[0],
+        scores[at - 1],
+        if skip { "at or above" } else { "below" },
+        rule.gap
+    );
+    SkipDecision {
+        skip,
+        gap: Some(gap),
+        reason,
+        rule,
+    }
 }
 
 /// What stages 1–5 hand to generation.
@@ -260,6 +308,19 @@ impl StagedRagPipeline {
             }
             FuseMethod::Dedup | FuseMethod::Union => {}
         }
+        let aggregate = o.retrieval.aggregate;
+        if aggregate.method != DocumentAggregation::None {
+            let (documents, outcome) =
+                aggregate_documents(fused, aggregate.method, aggregate.sum_weight);
+            fused = documents;
+            detail["aggregate"] = json!(aggregate.method.as_str());
+            if aggregate.method == DocumentAggregation::MaxSum {
+                detail["aggregate_sum_weight"] = json!(aggregate.sum_weight);
+            }
+            detail["documents"] = json!(outcome.documents);
+            detail["collapsed"] = json!(outcome.collapsed);
+            detail["out"] = json!(fused.len());
+        }
         if o.retrieval.mmr.enabled {
             let (reordered, outcome) = mmr_reorder(fused, o.retrieval.mmr.lambda);
             fused = reordered;
@@ -278,8 +339,34 @@ impl StagedRagPipeline {
 
         // 4. rerank
         let started = Instant::now();
+        let skip = o.rerank.skip.map(|rule| decisive(&fused, rule));
         let (mut kept, detail) = match &self.reranker {
-            Some(reranker) => self.rerank(reranker.as_ref(), q, fused, top_n).await?,
+            Some(reranker) if skip.as_ref().is_some_and(|s| s.skip) => {
+                let decided = skip.as_ref().expect("checked above");
+                let mut truncated = fused;
+                truncated.truncate(top_n);
+                let detail = json!({
+                    "reranker": reranker.name(),
+                    "skipped": "decisive-retrieval",
+                    "reason": decided.reason,
+                    "gap": decided.gap,
+                    "skip_gap": decided.rule.gap,
+                    "skip_gap_rank": decided.rule.rank,
+                    "candidates": fused_count,
+                    "kept": truncated.len(),
+                    "top_n": top_n,
+                });
+                (truncated, detail)
+            }
+            Some(reranker) => {
+                let (kept, mut detail) = self.rerank(reranker.as_ref(), q, fused, top_n).await?;
+                if let Some(decided) = &skip {
+                    detail["gap"] = json!(decided.gap);
+                    detail["skip_gap"] = json!(decided.rule.gap);
+                    detail["skip_gap_rank"] = json!(decided.rule.rank);
+                }
+                (kept, detail)
+            }
             None => {
                 let mut truncated = fused;
                 truncated.truncate(top_n);
@@ -519,5 +606,51 @@ impl RetrieveOnly for StagedRagPipeline {
         }
         .instrument(span)
         .await
+    }
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use super::*;
+    use crate::query::fuse::tests::chunk;
+
+    fn rule(gap: f32, rank: usize) -> RerankSkip {
+        RerankSkip { gap, rank }
+    }
+
+    #[test]
+    fn the_gap_is_the_best_score_minus_the_one_at_the_rank() {
+        let fused = vec![
+            chunk("a", 0.9, vec![]),
+            chunk("b", 0.5, vec![]),
+            chunk("c", 0.4, vec![]),
+        ];
+        let d = decisive(&fused, rule(0.45, 3));
+        assert!(d.skip, "{}", d.reason);
+        assert!((d.gap.unwrap() - 0.5).abs() < 1e-6);
+        let d = decisive(&fused, rule(0.45, 2));
+        assert!(!d.skip, "{}", d.reason);
+        assert!((d.gap.unwrap() - 0.4).abs() < 1e-6);
+        assert!(d.reason.contains("below"), "{}", d.reason);
+        // Fewer candidates than the rank: the last one is compared.
+        let d = decisive(&fused, rule(0.45, 10));
+        assert!(d.skip && d.reason.contains("rank 3"), "{}", d.reason);
+    }
+
+    #[test]
+    fn one_candidate_is_skipped_and_equal_scores_are_not() {
+        let one = decisive(&[chunk("a", 0.3, vec![])], rule(0.2, 2));
+        assert!(one.skip);
+        assert_eq!(one.gap, None);
+        assert!(one.reason.contains("nothing"), "{}", one.reason);
+        assert!(decisive(&[], rule(0.2, 2)).skip);
+        let flat = vec![chunk("a", 0.5, vec![]), chunk("b", 0.5, vec![])];
+        let d = decisive(&flat, rule(0.1, 2));
+        assert!(!d.skip);
+        assert_eq!(d.gap, Some(0.0));
+        assert!(
+            decisive(&flat, rule(0.0, 2)).skip,
+            "a zero threshold always skips"
+        );
     }
 }

@@ -716,3 +716,155 @@ async fn convex_fusion_and_rerank_blending_are_traced_and_labelled() {
     let err = resolve_options("balanced", &bad).unwrap_err().to_string();
     assert!(err.contains("rerank.blend_weight"), "{err}");
 }
+
+#[tokio::test]
+async fn document_aggregation_collapses_chunks_of_one_source_and_is_traced() {
+    let fx = fixture(None).await;
+    let question = RagQuery::new(
+        "How many days do customers have to request a refund?",
+        COLLECTION,
+    )
+    .with_top_n(8);
+    let plain = retrieve_only(
+        &pipeline(
+            "fast",
+            &settings(serde_json::json!({"retrieval": {"candidate_k": 30}})),
+            &fx.deps,
+        ),
+        &question,
+    )
+    .await
+    .unwrap();
+    let sources = |answer: &RagAnswer| -> Vec<String> {
+        answer
+            .citations
+            .iter()
+            .map(|c| c.source_id.clone())
+            .collect()
+    };
+    let plain_sources = sources(&plain);
+    let mut distinct = plain_sources.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(
+        distinct.len() < plain_sources.len(),
+        "the support corpus has sources with several matching chunks: {plain_sources:?}"
+    );
+
+    for method in ["max", "max-sum"] {
+        let rag = settings(serde_json::json!({
+            "retrieval": {"candidate_k": 30, "aggregate": method, "aggregate_sum_weight": 0.2}
+        }));
+        let answer = retrieve_only(&pipeline("fast", &rag, &fx.deps), &question)
+            .await
+            .unwrap();
+        let got = sources(&answer);
+        let mut unique = got.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), got.len(), "{method}: one passage per source");
+        let fuse = &step(&answer, "fuse").detail;
+        assert_eq!(fuse["aggregate"], method);
+        assert_eq!(
+            fuse["documents"].as_u64().unwrap() + fuse["collapsed"].as_u64().unwrap(),
+            fuse["in"].as_u64().unwrap(),
+            "{fuse}"
+        );
+        assert_eq!(
+            fuse.get("aggregate_sum_weight").is_some(),
+            method == "max-sum"
+        );
+        if method == "max" {
+            // `max` keeps each source's best chunk where the plain ranking (all 30 candidates)
+            // had it first.
+            let all = retrieve_only(
+                &pipeline(
+                    "fast",
+                    &settings(serde_json::json!({"retrieval": {"candidate_k": 30}})),
+                    &fx.deps,
+                ),
+                &question.clone().with_top_n(30),
+            )
+            .await
+            .unwrap();
+            let mut first_seen = sources(&all);
+            let mut seen = std::collections::HashSet::new();
+            first_seen.retain(|s| seen.insert(s.clone()));
+            assert_eq!(got, first_seen[..got.len()].to_vec());
+        }
+    }
+
+    let bad = settings(serde_json::json!({"retrieval": {"aggregate_sum_weight": 2.0}}));
+    let err = resolve_options("fast", &bad).unwrap_err().to_string();
+    assert!(err.contains("retrieval.aggregate_sum_weight"), "{err}");
+    let typo: Result<RagSettings, _> =
+        serde_json::from_value(serde_json::json!({"retrieval": {"aggregate": "mean"}}));
+    assert!(typo.is_err());
+}
+
+#[tokio::test]
+async fn a_decisive_retrieval_skips_the_reranker_and_says_why() {
+    let fx = fixture(None).await;
+    fx.deps
+        .rerankers
+        .register("by-length", &[], Arc::new(|_| Ok(Arc::new(ByLength))));
+    let question = RagQuery::new(
+        "How many days do customers have to request a refund?",
+        COLLECTION,
+    )
+    .with_top_n(3);
+
+    // A zero gap is always decisive: the reranker never runs, the order is retrieval's.
+    let always = settings(serde_json::json!({
+        "rerank": {"kind": "by-length", "skip_gap": 0.0, "skip_gap_rank": 3}
+    }));
+    let answer = retrieve_only(&pipeline("balanced", &always, &fx.deps), &question)
+        .await
+        .unwrap();
+    let rerank = &step(&answer, "rerank").detail;
+    assert_eq!(rerank["skipped"], "decisive-retrieval", "{rerank}");
+    assert!(
+        rerank["reason"].as_str().unwrap().contains("rank 3"),
+        "{rerank}"
+    );
+    assert_eq!(rerank["skip_gap_rank"], 3);
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::Convex)
+    );
+
+    // A gap no fused score can reach (convex scores lie in [0, 1]) never skips; the trace
+    // still carries the measured gap.
+    let never = settings(serde_json::json!({"rerank": {"kind": "by-length", "skip_gap": 2.0}}));
+    let answer = retrieve_only(&pipeline("balanced", &never, &fx.deps), &question)
+        .await
+        .unwrap();
+    let rerank = &step(&answer, "rerank").detail;
+    assert!(rerank.get("skipped").is_none(), "{rerank}");
+    assert!(rerank["gap"].as_f64().unwrap() >= 0.0, "{rerank}");
+    assert_eq!(rerank["skip_gap_rank"], 2);
+    assert!(
+        answer
+            .citations
+            .iter()
+            .all(|c| c.score_origin == ScoreOrigin::RerankBlend)
+    );
+
+    for (json, key) in [
+        (
+            serde_json::json!({"rerank": {"skip_gap": -0.1}}),
+            "rerank.skip_gap",
+        ),
+        (
+            serde_json::json!({"rerank": {"skip_gap": 0.1, "skip_gap_rank": 1}}),
+            "rerank.skip_gap_rank",
+        ),
+    ] {
+        let err = resolve_options("balanced", &settings(json))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{err}");
+    }
+}

@@ -19,7 +19,7 @@ pub struct RetrievalSettings {
     /// Chunks kept for context assembly (default 5; a query's `top_n` wins).
     pub top_k: Option<usize>,
     /// Candidates retrieved per retrieval text (the wide stage of the cascade; never below the
-    /// final top-n). Preset: `fast` = top_k, `balanced` 50, `quality` 100.
+    /// final top-n). Preset: `fast` = top_k, `balanced` and `quality` 50.
     pub candidate_k: Option<usize>,
     /// Optional raw-score floor applied to store results (no floor by default).
     pub min_score: Option<f32>,
@@ -27,6 +27,37 @@ pub struct RetrievalSettings {
     /// bm25_weight }`.
     pub hybrid: HybridSettings,
     pub mmr: MmrSettings,
+    /// Document-level aggregation of chunk scores after fusion: `none` (default: every chunk
+    /// ranks on its own), `max` (a document's chunks collapse to its best one) or `max-sum`
+    /// (the best chunk, its score raised by `aggregate_sum_weight` × the sum of the document's
+    /// other positive chunk scores). Preset per profile.
+    pub aggregate: Option<DocumentAggregation>,
+    /// Weight of the other chunks' scores for `aggregate: max-sum`, in [0, 1] (default 0.1).
+    pub aggregate_sum_weight: Option<f32>,
+}
+
+/// `rag.retrieval.aggregate`: how the chunks of one document (one source id) are combined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DocumentAggregation {
+    /// Every chunk ranks on its own.
+    #[default]
+    None,
+    /// A document ranks by its best chunk; its other chunks are dropped.
+    Max,
+    /// A document ranks by its best chunk plus a bonus for its other chunks' scores.
+    #[serde(alias = "max_sum", alias = "maxsum")]
+    MaxSum,
+}
+
+impl DocumentAggregation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocumentAggregation::None => "none",
+            DocumentAggregation::Max => "max",
+            DocumentAggregation::MaxSum => "max-sum",
+        }
+    }
 }
 
 /// `rag.retrieval.hybrid:` — also accepts the flat shorthand `hybrid: true`.
@@ -42,9 +73,9 @@ pub struct HybridSettings {
     pub fusion: Option<FusionMethod>,
     /// Per-leg normalisation for `convex`: `minmax` (default) or `zscore`.
     pub normalization: Option<Normalization>,
-    /// Weight of the vector leg for `convex` (default 0.5).
+    /// Weight of the vector leg for `convex` (default 0.7).
     pub vector_weight: Option<f32>,
-    /// Weight of the BM25 leg for `convex` (default 0.5).
+    /// Weight of the BM25 leg for `convex` (default 0.3).
     pub bm25_weight: Option<f32>,
 }
 
@@ -161,6 +192,13 @@ pub struct RerankSettings {
     /// cross-encoder reads it (default: whole passages, up to the model's token limit).
     /// Preset per profile.
     pub max_passage_chars: Option<usize>,
+    /// Skip the reranker when retrieval is already decisive: when the best fused score leads
+    /// the one at rank `skip_gap_rank` by at least this much (in the fused score's units:
+    /// convex fusion scores lie in [0, 1]). Unset (default): always rerank. The `rerank`
+    /// trace step says when it skipped and why.
+    pub skip_gap: Option<f32>,
+    /// The rank the best fused score is compared with for `skip_gap` (at least 2, default 2).
+    pub skip_gap_rank: Option<usize>,
 }
 
 /// `rag.rerank.blend`: how the reranker's ranking meets the retrieval ranking.
