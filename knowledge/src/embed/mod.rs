@@ -37,10 +37,23 @@ use async_trait::async_trait;
 
 use crate::types::EmbeddingProfile;
 
+/// Chunk metadata key under which ingestion records the chunk text's token count (the
+/// embedding model's tokenizer, no special tokens), so that assembly need not re-tokenise at
+/// query time. Chunks without it (ingested before it existed) are counted when assembled.
+pub const CHUNK_TOKENS_KEY: &str = "tokens";
+
 /// Counts tokens the way the embedding model will see them (chunk sizes, context budgets).
 pub trait TokenCounter: Send + Sync {
     /// Number of tokens of `text`, without special tokens.
     fn count_tokens(&self, text: &str) -> usize;
+
+    /// Whether counts add up across a whitespace or punctuation boundary: the count of
+    /// `a + " " + b` is the count of `a` plus the count of `b`, and a punctuation character
+    /// next to a word is a token of its own. True for BERT-style tokenizers (every shipped
+    /// model); then a passage's count can be its frame's plus its text's recorded count.
+    fn splits_at_whitespace_and_punctuation(&self) -> bool {
+        false
+    }
 }
 
 /// Cumulative counters of an embedder, for benchmarks and traces.

@@ -135,12 +135,25 @@ fn to_sequence(encoding: &tokenizers::Encoding) -> TokenSequence {
 
 impl TokenCounter for HfTokenCounter {
     fn count_tokens(&self, text: &str) -> usize {
-        match self.tokenizer.encode(text, false) {
+        // `encode_fast`: the same tokens without computing character offsets.
+        match self.tokenizer.encode_fast(text, false) {
             Ok(encoding) => encoding.len(),
             // A tokenizer failure on arbitrary text is not expected; fall back to the
             // conventional estimate rather than failing a size computation.
             Err(_) => text.len().div_ceil(4),
         }
+    }
+
+    fn splits_at_whitespace_and_punctuation(&self) -> bool {
+        // BertPreTokenizer splits at whitespace and isolates every punctuation character, and
+        // the BERT normaliser works character by character: no token spans such a boundary.
+        matches!(
+            self.tokenizer.get_pre_tokenizer(),
+            Some(tokenizers::PreTokenizerWrapper::BertPreTokenizer(_))
+        ) && matches!(
+            self.tokenizer.get_normalizer(),
+            None | Some(tokenizers::NormalizerWrapper::BertNormalizer(_))
+        )
     }
 }
 

@@ -8,6 +8,9 @@
 //!   chunks and manifest entry are committed atomically, replacing the old ones.
 //! - A multi-part source (PDF pages, CSV rows) is committed in ONE store batch: all its parts,
 //!   and the removal of the parts it no longer has, land together or not at all.
+//! - Every chunk records its text's token count (the embedding model's tokenizer) in its
+//!   metadata ([`crate::embed::CHUNK_TOKENS_KEY`]), so that assembling a query's context does
+//!   not tokenise the passages again.
 //! - [`IngestMode::Additive`] (the default of API requests and the `rag_ingest` tool) upserts
 //!   the named sources and never removes another; [`IngestMode::Replace`] (a crew file's
 //!   declared sources at kickoff and hot reload) makes the named sources the collection's whole
@@ -40,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::chunk::{ChunkError, build_chunker};
-use crate::embed::{EmbedError, Embedder};
+use crate::embed::{CHUNK_TOKENS_KEY, EmbedError, Embedder};
 use crate::load::{self, LoadError, SourceRef};
 use crate::settings::{ChunkingSettings, IngestionSettings, SuspiciousAction};
 use crate::store::{
@@ -563,6 +566,7 @@ impl IngestionPipeline {
             }
         }
 
+        let counter = self.embedder.token_counter();
         let mut kept_parts: BTreeSet<String> = BTreeSet::new();
         let mut pending: Vec<(SourceRecord, Vec<StoredChunk>)> = Vec::new();
         for document in documents {
@@ -597,6 +601,11 @@ impl IngestionPipeline {
                 let mut metadata = document.metadata.clone();
                 metadata.extend(chunk.metadata);
                 metadata.insert("loader".into(), document.loader.clone());
+                // Recorded for assembly, which then need not tokenise the text at query time.
+                metadata.insert(
+                    CHUNK_TOKENS_KEY.into(),
+                    counter.count_tokens(&chunk.text).to_string(),
+                );
                 if validation != "clean" {
                     metadata.insert("flagged".into(), "suspicious".into());
                     metadata.insert("flag_reasons".into(), validation.clone());

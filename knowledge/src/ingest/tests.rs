@@ -668,3 +668,36 @@ async fn a_reindex_fails_rather_than_drop_a_source_that_cannot_be_loaded() {
     let report = p.ingest(&request(&f, false), None).await.expect("ingest");
     assert_eq!(report.stale.len(), 1);
 }
+
+#[tokio::test]
+async fn every_chunk_records_its_token_count_for_assembly() {
+    let f = fixture();
+    let embedder = embedder("hash-a");
+    let p = pipeline(&f, embedder.clone());
+    p.ingest(&request(&f, false), None).await.expect("ingest");
+    // A changed source: its unchanged chunks reuse their vectors and still carry the count.
+    std::fs::write(
+        f.corpus.join("stores.csv"),
+        "city,opening hours\nLyon,9-18\nNantes,11-20\n",
+    )
+    .expect("write");
+    p.ingest(&request(&f, false), None).await.expect("ingest");
+    let counter = embedder.token_counter();
+    let mut seen = 0;
+    for record in f.store.manifest("kb").expect("manifest").sources {
+        for chunk in f
+            .store
+            .chunks_of_source("kb", &record.source_id)
+            .expect("chunks")
+        {
+            let recorded = chunk
+                .metadata
+                .get(crate::embed::CHUNK_TOKENS_KEY)
+                .unwrap_or_else(|| panic!("no token count on {}", chunk.id));
+            assert_eq!(*recorded, counter.count_tokens(&chunk.text).to_string());
+            assert_ne!(recorded, "0", "{}", chunk.id);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 3, "refunds.md and two CSV rows");
+}
