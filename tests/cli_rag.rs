@@ -5,7 +5,7 @@ mod support;
 
 use std::fs;
 
-use support::{orkeon, run_failing, run_json};
+use support::{Store, orkeon, orkeon_on, run_failing, run_json};
 
 const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund. \
 The bike must be unused and in its original packaging.\n\n# Warranty\n\nFrames carry a lifetime \
@@ -13,8 +13,13 @@ warranty; components are covered for two years.\n";
 const SHIPPING: &str = "# Shipping\n\nOrders ship from Lyon within 2 business days. Express delivery \
 costs 19 euros and arrives the next day in France.\n";
 
-fn ingest(dir: &std::path::Path, data: &std::path::Path, sources: &[&str]) -> serde_json::Value {
-    let mut cmd = orkeon(dir, data);
+fn ingest(
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    store: &Store,
+    sources: &[&str],
+) -> serde_json::Value {
+    let mut cmd = orkeon_on(dir, data, store);
     cmd.args(["--json", "rag", "ingest", "--collection", "kb", "--source"])
         .args(sources);
     run_json(&mut cmd)
@@ -22,6 +27,19 @@ fn ingest(dir: &std::path::Path, data: &std::path::Path, sources: &[&str]) -> se
 
 #[test]
 fn ingest_is_incremental_and_search_cites_sources() {
+    ingest_search_query(&Store::Embedded);
+}
+
+#[test]
+fn ingest_is_incremental_and_search_cites_sources_on_postgres() {
+    if let Some(store) = Store::postgres("ingest_search_query") {
+        ingest_search_query(&store);
+    }
+}
+
+/// Ingest (incremental, additive, replace), search in every mode, query with the offline
+/// extractive model, manifest and collections — on `store`.
+fn ingest_search_query(store: &Store) {
     let work = tempfile::tempdir().expect("tempdir");
     let dir = work.path().join("kb");
     let data = work.path().join("data");
@@ -29,7 +47,7 @@ fn ingest_is_incremental_and_search_cites_sources() {
     fs::write(dir.join("faq.md"), FAQ).expect("write");
     fs::write(dir.join("policies/shipping.md"), SHIPPING).expect("write");
 
-    let first = ingest(&dir, &data, &["**/*.md"]);
+    let first = ingest(&dir, &data, store, &["**/*.md"]);
     assert_eq!(first["collection"], "kb");
     assert_eq!(first["sources_total"], 2);
     assert_eq!(first["sources_ingested"], 2);
@@ -40,13 +58,13 @@ fn ingest_is_incremental_and_search_cites_sources() {
     assert_eq!(first["chunks_embedded"], first["chunks_upserted"]);
 
     // Unchanged: zero embeddings.
-    let second = ingest(&dir, &data, &["**/*.md"]);
+    let second = ingest(&dir, &data, store, &["**/*.md"]);
     assert_eq!(second["sources_skipped"], 2, "{second}");
     assert_eq!(second["chunks_embedded"], 0, "{second}");
 
     // Search in every mode cites the right source with offsets into it.
     for mode in ["vector", "bm25", "hybrid"] {
-        let mut cmd = orkeon(&dir, &data);
+        let mut cmd = orkeon_on(&dir, &data, store);
         cmd.args([
             "--json",
             "rag",
@@ -86,14 +104,14 @@ fn ingest_is_incremental_and_search_cites_sources() {
         SHIPPING.replace("19 euros", "25 euros"),
     )
     .expect("write");
-    let third = ingest(&dir, &data, &["**/*.md"]);
+    let third = ingest(&dir, &data, store, &["**/*.md"]);
     assert_eq!(third["sources_ingested"], 1, "{third}");
     assert_eq!(third["sources_skipped"], 1, "{third}");
     assert!(third["chunks_embedded"].as_u64().expect("n") >= 1);
 
     // Ingestion is additive: naming one source keeps the other.
     let manifest_ids = || -> Vec<String> {
-        let mut cmd = orkeon(&dir, &data);
+        let mut cmd = orkeon_on(&dir, &data, store);
         cmd.args(["--json", "rag", "manifest", "kb"]);
         run_json(&mut cmd)["sources"]
             .as_array()
@@ -102,23 +120,34 @@ fn ingest_is_incremental_and_search_cites_sources() {
             .map(|s| s["source_id"].as_str().expect("id").to_string())
             .collect()
     };
-    let additive = ingest(&dir, &data, &["faq.md"]);
+    let additive = ingest(&dir, &data, store, &["faq.md"]);
     assert_eq!(additive["sources_removed"], 0, "{additive}");
     assert_eq!(manifest_ids(), ["faq.md", "policies/shipping.md"]);
 
     // --replace: a source no longer requested is purged.
-    let fourth = ingest(&dir, &data, &["faq.md", "--replace"]);
+    let fourth = ingest(&dir, &data, store, &["faq.md", "--replace"]);
     assert_eq!(fourth["sources_removed"], 1, "{fourth}");
     assert_eq!(manifest_ids(), ["faq.md"]);
-    let mut cmd = orkeon(&dir, &data);
+    let mut cmd = orkeon_on(&dir, &data, store);
     cmd.args(["--json", "rag", "manifest", "kb"]);
     let manifest = run_json(&mut cmd);
     assert_eq!(manifest["profile"]["model"], "bge-small-en-v1.5");
 
-    let mut cmd = orkeon(&dir, &data);
+    // A query: the offline extractive model answers from the retrieved passages, cited.
+    let mut cmd = orkeon_on(&dir, &data, store);
+    cmd.env("ORKEON_LLM__PROVIDER", "extractive")
+        .args(["--json", "rag", "query", "--collection", "kb"])
+        .args(["--query", "How many days do I have to return a bike?"]);
+    let answer = run_json(&mut cmd);
+    let text = answer["text"].as_str().expect("answer text");
+    assert!(text.contains("30 days") && text.contains("[1]"), "{answer}");
+    assert_eq!(answer["citations"][0]["source_id"], "faq.md", "{answer}");
+
+    let mut cmd = orkeon_on(&dir, &data, store);
     cmd.args(["--json", "rag", "collections"]);
     let collections = run_json(&mut cmd);
     assert_eq!(collections[0]["name"], "kb");
+    assert_eq!(collections[0]["provider"], store.name(), "{collections}");
     assert_eq!(collections[0]["vector_index"]["serving"], "exact");
     assert!(
         collections[0]["vector_index"]["reason"]
@@ -130,6 +159,17 @@ fn ingest_is_incremental_and_search_cites_sources() {
 
 #[test]
 fn malformed_and_hostile_sources_are_quarantined_not_searchable() {
+    quarantine_flow(&Store::Embedded);
+}
+
+#[test]
+fn malformed_and_hostile_sources_are_quarantined_not_searchable_on_postgres() {
+    if let Some(store) = Store::postgres("quarantine_flow") {
+        quarantine_flow(&store);
+    }
+}
+
+fn quarantine_flow(store: &Store) {
     let work = tempfile::tempdir().expect("tempdir");
     let dir = work.path().join("kb");
     let data = work.path().join("data");
@@ -153,7 +193,7 @@ fn malformed_and_hostile_sources_are_quarantined_not_searchable() {
     )
     .expect("write");
 
-    let report = ingest(&dir, &data, &["*"]);
+    let report = ingest(&dir, &data, store, &["*"]);
     let quarantined: Vec<&str> = report["quarantined"]
         .as_array()
         .expect("quarantined")
@@ -168,7 +208,7 @@ fn malformed_and_hostile_sources_are_quarantined_not_searchable() {
     }
     assert_eq!(report["sources_ingested"], 1, "{report}");
 
-    let mut cmd = orkeon(&dir, &data);
+    let mut cmd = orkeon_on(&dir, &data, store);
     cmd.args([
         "--json",
         "rag",

@@ -1,5 +1,7 @@
 //! End to end: the real daemon on a temporary crews folder, driven by the real CLI over
-//! loopback gRPC. The LLM is the offline extractive model.
+//! loopback gRPC. The LLM is the offline extractive model. The daemon's flow and the in-process
+//! `crew run` run once per storage provider (embedded, and PostgreSQL when the test server is
+//! configured: `scripts/test-postgres start`).
 
 mod support;
 
@@ -7,7 +9,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{Daemon, eventually, orkeon, run_json};
+use support::{Daemon, Store, eventually, orkeon, orkeon_on, run_json};
 
 const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund. \
 The bike must be unused and in its original packaging.\n\n# Warranty\n\nFrames carry a lifetime \
@@ -67,13 +69,24 @@ fn task_output(events: &[serde_json::Value]) -> serde_json::Value {
 
 #[test]
 fn daemon_runs_crews_with_cited_knowledge_hot_reloads_and_keeps_runs() {
+    daemon_flow(&Store::Embedded);
+}
+
+#[test]
+fn daemon_runs_crews_with_cited_knowledge_hot_reloads_and_keeps_runs_on_postgres() {
+    if let Some(store) = Store::postgres("daemon_flow") {
+        daemon_flow(&store);
+    }
+}
+
+fn daemon_flow(store: &Store) {
     let work = tempfile::tempdir().expect("tempdir");
     let crews = work.path().join("crews");
     let data = work.path().join("data");
     fs::create_dir_all(crews.join("kb")).expect("mkdir");
     fs::write(crews.join("kb/faq.md"), FAQ).expect("write");
 
-    let daemon = Daemon::start(work.path(), &data, &crews, &[]);
+    let daemon = Daemon::start_on(work.path(), &data, &crews, &[], store);
     let url = daemon.url();
 
     // Drop a crew file: the watcher registers it.
@@ -180,7 +193,7 @@ fn daemon_runs_crews_with_cited_knowledge_hot_reloads_and_keeps_runs() {
     // Restart: finished runs are still there.
     let status = daemon.terminate();
     assert!(status.success(), "daemon exit: {status}");
-    let daemon = Daemon::start(work.path(), &data, &crews, &[]);
+    let daemon = Daemon::start_on(work.path(), &data, &crews, &[], store);
     let mut cmd = orkeon(work.path(), &data);
     cmd.args([
         "--json",
@@ -205,6 +218,15 @@ fn daemon_runs_crews_with_cited_knowledge_hot_reloads_and_keeps_runs() {
     assert!(task["cited"].as_u64().unwrap_or(0) >= 1, "{found}");
     assert_eq!(task["groundedness"]["checker"], "heuristic", "{found}");
     assert!(task["groundedness"]["score"].is_number(), "{found}");
+    // Everything lived on the configured provider: on PostgreSQL, no embedded store was
+    // opened in the data folder (no silent fallback).
+    if let Store::Postgres(_) = store {
+        assert!(
+            !data.join("sled").exists(),
+            "the PostgreSQL daemon opened an embedded store in {}",
+            data.display()
+        );
+    }
     drop(daemon);
 }
 
@@ -228,12 +250,23 @@ fn crew_check_prints_file_line_and_column() {
 
 #[test]
 fn crew_run_works_in_process_without_a_daemon() {
+    crew_run_in_process(&Store::Embedded);
+}
+
+#[test]
+fn crew_run_works_in_process_without_a_daemon_on_postgres() {
+    if let Some(store) = Store::postgres("crew_run_in_process") {
+        crew_run_in_process(&store);
+    }
+}
+
+fn crew_run_in_process(store: &Store) {
     let work = tempfile::tempdir().expect("tempdir");
     let crews = work.path().join("crews");
     fs::create_dir_all(crews.join("kb")).expect("mkdir");
     fs::write(crews.join("kb/faq.md"), FAQ).expect("write");
     fs::write(crews.join("support.yaml"), CREW).expect("write");
-    let mut cmd = orkeon(work.path(), &work.path().join("data"));
+    let mut cmd = orkeon_on(work.path(), &work.path().join("data"), store);
     cmd.args(["--json", "crew", "run"])
         .arg(crews.join("support.yaml"))
         .args([

@@ -307,10 +307,18 @@ impl Config {
             .collect()
     }
 
-    /// The effective configuration as JSON with secrets redacted.
+    /// The effective configuration as JSON with secrets redacted (secret-looking keys, and
+    /// the password inside `rag.store.postgres.url`).
     pub fn redacted_json(&self) -> serde_json::Value {
         let mut value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
         redact(&mut value);
+        if let Some(url) = value
+            .pointer_mut("/rag/store/postgres/url")
+            .filter(|url| url.is_string())
+        {
+            let shown = orkeon_store_postgres::redact_url(url.as_str().unwrap_or_default());
+            *url = serde_json::Value::String(shown);
+        }
         value
     }
 }
@@ -511,6 +519,31 @@ mod tests {
         )
         .expect_err("missing file");
         assert!(err.to_string().contains("/no/such/orkeon.yaml"));
+    }
+
+    #[test]
+    fn the_configuration_never_shows_the_postgres_password() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "custom.yaml",
+                "rag:\n  store:\n    provider: postgres\n    postgres:\n      url: postgres://orkeon:hunter2-secret@db.example:5432/orkeon\n      password_env: ORKEON_DB_PASSWORD_VAR\n",
+            )?;
+            let config = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
+                .map_err(|e| e.to_string())?;
+            let shown = config.redacted_json();
+            let text = shown.to_string();
+            assert!(!text.contains("hunter2-secret"), "{text}");
+            assert_eq!(
+                shown["rag"]["store"]["postgres"]["url"],
+                "postgres://orkeon:***@db.example:5432/orkeon"
+            );
+            // The variable's name is not a secret.
+            assert_eq!(
+                shown["rag"]["store"]["postgres"]["password_env"],
+                "ORKEON_DB_PASSWORD_VAR"
+            );
+            Ok(())
+        });
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Orkeon's composition root: configuration, actors, watchers, gRPC server and the CLI.
 //!
 //! - [`config`]: layered configuration (figment).
+//! - [`storage`]: the storage provider (`rag.store.provider`: embedded or PostgreSQL).
 //! - [`knowledge_host`]: the knowledge components of one process.
 //! - [`service`]: the application layer — every operation once, under every surface.
 //! - [`runs`], [`registry`], [`engine`], [`actors`], [`watch`]: crews, runs and actors.
@@ -23,4 +24,5 @@ pub mod runs;
 pub mod script;
 pub mod service;
 pub mod services;
+pub mod storage;
 pub mod watch;

@@ -41,11 +41,7 @@ impl Services {
     pub async fn start(config: Config) -> anyhow::Result<Self> {
         let config = Arc::new(config);
         let host = Arc::new(KnowledgeHost::open(&config)?);
-        let store = host
-            .store
-            .run_store()
-            .context("cannot open the run store")?;
-        let runs = Arc::new(Runs::new(Arc::new(store)));
+        let runs = Arc::new(Runs::new(host.storage.runs.clone()));
         let recovered = runs.recover_interrupted()?;
         if recovered > 0 {
             tracing::warn!(
@@ -123,7 +119,7 @@ impl Services {
         let grace = std::time::Duration::from_secs(self.config.server.shutdown_grace_secs);
         self.engine.shutdown(grace).await;
         self.augmenter.stop();
-        if let Err(error) = self.host.store.flush() {
+        if let Err(error) = self.host.storage.flush() {
             tracing::error!(%error, "flushing the store failed");
         }
     }

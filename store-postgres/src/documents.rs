@@ -188,7 +188,7 @@ fn index_status(
         (
             "exact",
             format!(
-                "{} chunks, below the HNSW threshold of {}",
+                "{} chunks, below hnsw_threshold {}: exact scan",
                 collection.chunks, settings.hnsw_threshold
             ),
         )
@@ -723,6 +723,7 @@ impl DocumentStore for PostgresStore {
                         chunks: usize::try_from(collection.chunks).map_err(corrupt)?,
                         vector_index: index_status(&shared.settings, &collection),
                         profile: Some(collection.profile),
+                        provider: "postgres".into(),
                     })
                 })
                 .collect()

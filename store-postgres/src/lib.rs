@@ -46,6 +46,8 @@ use {
 pub(crate) struct Shared {
     pub pool: Pool,
     pub settings: StoreSettings,
+    /// `user@host:port/database`, for messages (never the password).
+    pub describe: String,
     /// Last: dropped after the pool, whose connections are tasks on it.
     bridge: Bridge,
 }
@@ -156,6 +158,7 @@ impl PostgresStore {
             shared: Arc::new(Shared {
                 pool,
                 settings: settings.clone(),
+                describe: target.describe.clone(),
                 bridge,
             }),
         };
@@ -175,5 +178,10 @@ impl PostgresStore {
     /// The run store in this store's database.
     pub fn run_store(&self) -> PostgresRunStore {
         PostgresRunStore::new(self.shared.clone())
+    }
+
+    /// `user@host:port/database` of the server (never the password).
+    pub fn describe(&self) -> &str {
+        &self.shared.describe
     }
 }

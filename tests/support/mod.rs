@@ -172,3 +172,138 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The storage provider a test's commands and daemons use: the embedded store in their data
+/// folder, or a fresh schema on the PostgreSQL test server (`scripts/test-postgres start`
+/// prints `ORKEON_TEST_PG_URL`, `ORKEON_TEST_PG_PASSWORD`, `ORKEON_TEST_PG_BIN`).
+pub enum Store {
+    Embedded,
+    Postgres(PgSchema),
+}
+
+/// A schema of its own on the test server, dropped with everything in it when the test ends.
+pub struct PgSchema {
+    pub url: String,
+    pub schema: String,
+}
+
+/// The environment variable holding the test server's password (never a configuration key).
+pub const PG_PASSWORD_VAR: &str = "ORKEON_TEST_PG_PASSWORD";
+
+impl Store {
+    /// A fresh schema on the test server, or `None` after a loud skip line when none is
+    /// configured — unless `ORKEON_REQUIRE_PG=1` (CI), where a missing server fails the test.
+    pub fn postgres(test: &str) -> Option<Store> {
+        let url = match std::env::var("ORKEON_TEST_PG_URL") {
+            Ok(url) if !url.trim().is_empty() => url,
+            _ => {
+                if std::env::var("ORKEON_REQUIRE_PG").is_ok_and(|v| v == "1") {
+                    panic!(
+                        "{test}: ORKEON_REQUIRE_PG=1 but ORKEON_TEST_PG_URL is not set; run `eval \"$(scripts/test-postgres start)\"` first"
+                    );
+                }
+                eprintln!(
+                    "\n*** SKIPPED {test} on PostgreSQL: ORKEON_TEST_PG_URL is not set (eval \"$(scripts/test-postgres start)\" to run it) ***\n"
+                );
+                return None;
+            }
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let short: String = test
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(30)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        Some(Store::Postgres(PgSchema {
+            url,
+            schema: format!("e2e_{short}_{}_{nanos}", std::process::id()),
+        }))
+    }
+
+    /// The `ORKEON_*` configuration this provider needs.
+    pub fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Store::Embedded => Vec::new(),
+            Store::Postgres(pg) => vec![
+                ("ORKEON_RAG__STORE__PROVIDER".into(), "postgres".into()),
+                ("ORKEON_RAG__STORE__POSTGRES__URL".into(), pg.url.clone()),
+                (
+                    "ORKEON_RAG__STORE__POSTGRES__PASSWORD_ENV".into(),
+                    PG_PASSWORD_VAR.into(),
+                ),
+                (
+                    "ORKEON_RAG__STORE__POSTGRES__SCHEMA".into(),
+                    pg.schema.clone(),
+                ),
+            ],
+        }
+    }
+
+    /// `provider` as `orkeon rag collections` names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Store::Embedded => "embedded",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Applies [`Store::env`] to a command.
+    pub fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        for (key, value) in self.env() {
+            cmd.env(key, value);
+        }
+        cmd
+    }
+}
+
+impl PgSchema {
+    /// Runs one SQL statement on the test server with `psql` (from `ORKEON_TEST_PG_BIN`);
+    /// `None` when no psql is known.
+    pub fn psql(&self, sql: &str) -> Option<Output> {
+        let bin = std::env::var_os("ORKEON_TEST_PG_BIN")?;
+        Command::new(PathBuf::from(bin).join("psql"))
+            .arg(&self.url)
+            .args(["-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .env(
+                "PGPASSWORD",
+                std::env::var(PG_PASSWORD_VAR).unwrap_or_default(),
+            )
+            .output()
+            .ok()
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // The name is ours (letters, digits, '_'): safe unquoted.
+        let _ = self.psql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+    }
+}
+
+/// `orkeon` like [`orkeon`], on `store`.
+pub fn orkeon_on(cwd: &Path, data_dir: &Path, store: &Store) -> Command {
+    let mut cmd = orkeon(cwd, data_dir);
+    store.apply(&mut cmd);
+    cmd
+}
+
+impl Daemon {
+    /// [`Daemon::start`] on `store`.
+    pub fn start_on(
+        cwd: &Path,
+        data_dir: &Path,
+        crews: &Path,
+        extra_env: &[(&str, &str)],
+        store: &Store,
+    ) -> Daemon {
+        let env = store.env();
+        let mut all: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        all.extend_from_slice(extra_env);
+        Daemon::start(cwd, data_dir, crews, &all)
+    }
+}

@@ -182,14 +182,19 @@ async fn execute(
                 return Ok(true);
             }
             println!(
-                "{:<24} {:>8} {:>8}  {:<38} vector index",
-                "collection", "sources", "chunks", "profile"
+                "{:<24} {:>8} {:>8}  {:<9} {:<38} vector index",
+                "collection", "sources", "chunks", "provider", "profile"
             );
             for c in collections {
                 let profile = c.profile.map(|p| p.to_string()).unwrap_or_default();
                 println!(
-                    "{:<24} {:>8} {:>8}  {profile:<38} {} ({})",
-                    c.name, c.sources, c.chunks, c.vector_index.serving, c.vector_index.reason
+                    "{:<24} {:>8} {:>8}  {:<9} {profile:<38} {} ({})",
+                    c.name,
+                    c.sources,
+                    c.chunks,
+                    c.provider,
+                    c.vector_index.serving,
+                    c.vector_index.reason
                 );
             }
             Ok(true)

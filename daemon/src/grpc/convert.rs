@@ -326,6 +326,7 @@ pub fn collection_to_pb(c: CollectionInfo) -> pb::Collection {
         vector_index: c.vector_index.serving,
         vector_index_reason: c.vector_index.reason,
         hnsw_recall_at_10: c.vector_index.hnsw_recall_at_10,
+        provider: c.provider,
     }
 }
 
@@ -340,6 +341,7 @@ pub fn collection_from_pb(c: pb::Collection) -> CollectionInfo {
             reason: c.vector_index_reason,
             hnsw_recall_at_10: c.hnsw_recall_at_10,
         },
+        provider: c.provider,
     }
 }
 
@@ -643,6 +645,7 @@ mod tests {
                 reason: "2 chunks".into(),
                 hnsw_recall_at_10: None,
             },
+            provider: "postgres".into(),
         };
         assert_eq!(collection_from_pb(collection_to_pb(info.clone())), info);
         let mut trace = RagTrace::default();

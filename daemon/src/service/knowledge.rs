@@ -24,9 +24,7 @@ use orkeon_knowledge::query::{
     ProfileResolver, RagQuery, RetrieveOnly, StagedRagPipeline, resolve_options,
 };
 use orkeon_knowledge::settings::ChunkingSettings;
-use orkeon_knowledge::store::{
-    CollectionInfo, DocumentStore, EmbeddedStore, Manifest, SearchMode, SearchRequest,
-};
+use orkeon_knowledge::store::{CollectionInfo, DocumentStore, Manifest, SearchMode, SearchRequest};
 use orkeon_knowledge::types::{RagAnswer, RagTrace};
 use orkeon_knowledge::validate::QuarantineEntry;
 use serde::{Deserialize, Serialize};
@@ -36,6 +34,7 @@ use tokio::sync::OnceCell;
 use super::ServiceError;
 use crate::config::{Config, Limits};
 use crate::knowledge_host::KnowledgeHost;
+use crate::storage::Storage;
 
 /// Progress of an ingestion, for progress bars.
 pub type IngestProgressFn<'a> = &'a (dyn Fn(IngestProgress) + Send + Sync);
@@ -238,7 +237,9 @@ struct Engine {
 /// The knowledge operations over this process's components.
 pub struct KnowledgeApp {
     config: Arc<Config>,
-    store: Arc<EmbeddedStore>,
+    storage: Arc<Storage>,
+    /// The documents (`storage.documents`, or the host's store over it).
+    store: Arc<dyn DocumentStore>,
     engine: OnceCell<Engine>,
     gates: Arc<CollectionGates>,
 }
@@ -253,6 +254,7 @@ impl KnowledgeApp {
     ) -> Self {
         Self {
             config,
+            storage: host.storage.clone(),
             store: host.store.clone(),
             engine: OnceCell::new_with(Some(Engine { host, resolver })),
             gates,
@@ -261,10 +263,11 @@ impl KnowledgeApp {
 
     /// For one CLI command: opens the store now, the embedder when an operation needs it.
     pub fn open(config: Config) -> anyhow::Result<Self> {
-        let store = KnowledgeHost::open_store(&config)?;
+        let storage = KnowledgeHost::open_store(&config)?;
         Ok(Self {
             config: Arc::new(config),
-            store,
+            store: storage.documents.clone(),
+            storage,
             engine: OnceCell::new(),
             gates: Arc::default(),
         })
@@ -272,13 +275,13 @@ impl KnowledgeApp {
 
     /// Flushes the store (one-shot commands call it before exiting).
     pub fn flush(&self) -> Result<(), ServiceError> {
-        self.store.flush().map_err(ServiceError::from)
+        self.storage.flush().map_err(ServiceError::from)
     }
 
     async fn engine(&self) -> Result<&Engine, ServiceError> {
         self.engine
             .get_or_try_init(|| async {
-                let host = KnowledgeHost::with_store(&self.config, self.store.clone())
+                let host = KnowledgeHost::with_store(&self.config, self.storage.clone())
                     .map_err(|e| ServiceError::FailedPrecondition(format!("{e:#}")))?;
                 let chat = build_chat_model(&self.config.llm).ok();
                 let resolver = host.resolver(&self.config, chat);
@@ -504,8 +507,8 @@ impl KnowledgeApi for KnowledgeApp {
         if let Some(name) = collection {
             self.require_collection(name)?;
         }
-        let quarantine = self.store.quarantine()?;
-        quarantine
+        self.storage
+            .quarantine
             .list(collection)
             .map_err(|e| ServiceError::Internal(e.to_string()))
     }
@@ -576,7 +579,7 @@ impl KnowledgeApi for KnowledgeApp {
             None => None,
         };
         let report = harness.run(&dataset, &options, progress).await?;
-        self.store.flush()?;
+        self.storage.flush()?;
         let markdown = render_markdown(&report);
         let gate = floors.map(|floors| match check_gate(&report, &floors) {
             Ok(()) => GateVerdict {

@@ -177,6 +177,7 @@ impl DocumentStore for InMemoryStore {
                     reason: format!("{} chunks, held in memory", collection.chunks.len()),
                     hnsw_recall_at_10: None,
                 },
+                provider: "memory".into(),
             })
             .collect())
     }

@@ -205,6 +205,9 @@ pub struct CollectionInfo {
     pub profile: Option<EmbeddingProfile>,
     /// Which index answers its vector searches.
     pub vector_index: VectorIndexStatus,
+    /// The storage provider holding it: `embedded`, `postgres`, `memory`.
+    #[serde(default)]
+    pub provider: String,
 }
 
 /// Which index answers a collection's vector searches, and why.

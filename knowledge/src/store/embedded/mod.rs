@@ -874,6 +874,7 @@ impl DocumentStore for EmbeddedStore {
                 chunks: collection.tree.chunk_count(),
                 profile: Some(collection.profile.clone()),
                 vector_index: read(&collection.indexes).vectors.status(),
+                provider: "embedded".into(),
             })
             .collect())
     }
