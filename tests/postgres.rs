@@ -13,7 +13,7 @@ use std::net::TcpListener;
 
 use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
-use support::{Daemon, PG_PASSWORD_VAR, Store, orkeon, run_failing, run_json};
+use support::{Daemon, PG_PASSWORD_VAR, Store, orkeon, orkeon_on, run_failing, run_json};
 
 /// The test server's URL with its password written into it (`postgres://user:pw@…`).
 fn url_with_password(url: &str) -> (String, String) {
@@ -281,4 +281,70 @@ fn the_postgres_provider_without_a_url_is_refused_naming_the_setting() {
             "{args:?}: an embedded store was opened"
         );
     }
+}
+
+/// `orkeon db status` on a fresh schema: version 0, one pending migration, a failing exit (the
+/// schema needs work) and nothing created; `orkeon db migrate` applies it; `status` then
+/// succeeds. On the embedded store `status` says there is no schema and `migrate` refuses.
+#[test]
+fn db_status_shows_pending_migrations_and_db_migrate_applies_them() {
+    let Some(store) = Store::postgres("db_migrate") else {
+        return;
+    };
+    let Store::Postgres(pg) = &store else {
+        unreachable!("Store::postgres gives a PostgreSQL store")
+    };
+    let work = tempfile::tempdir().expect("tempdir");
+    let data = work.path().join("data");
+
+    let output = orkeon_on(work.path(), &data, &store)
+        .args(["--json", "db", "status"])
+        .output()
+        .expect("runs");
+    assert!(
+        !output.status.success(),
+        "pending migrations must fail status"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(status["provider"], "postgres");
+    assert_eq!(status["schema"], pg.schema.as_str());
+    assert_eq!(status["version"], 0);
+    assert_eq!(status["pending"], 1);
+    assert!(status["migrations"][0]["applied_at"].is_null(), "{status}");
+    assert!(
+        status["pgvector"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("0.8")),
+        "{status}"
+    );
+    // Nothing was created by reading the status (psql is known under scripts/test-postgres).
+    if let Some(tables) = pg.psql(&format!(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = '{}'",
+        pg.schema
+    )) {
+        assert_eq!(
+            String::from_utf8_lossy(&tables.stdout).trim(),
+            "0",
+            "status created tables"
+        );
+    }
+
+    let migrated =
+        run_json(orkeon_on(work.path(), &data, &store).args(["--json", "db", "migrate"]));
+    assert_eq!(migrated["version"], migrated["supported"]);
+    assert_eq!(migrated["pending"], 0);
+    assert!(
+        migrated["migrations"][0]["applied_at"].is_string(),
+        "{migrated}"
+    );
+
+    let again = run_json(orkeon_on(work.path(), &data, &store).args(["--json", "db", "status"]));
+    assert_eq!(again["pending"], 0);
+    assert_eq!(again["version"], migrated["version"]);
+
+    let embedded = run_json(orkeon(work.path(), &data).args(["--json", "db", "status"]));
+    assert_eq!(embedded["provider"], "embedded");
+    let refused = run_failing(orkeon(work.path(), &data).args(["db", "migrate"]));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("rag.store.provider"), "{stderr}");
 }

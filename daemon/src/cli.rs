@@ -74,6 +74,11 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::commands::script::ScriptCommand,
     },
+    /// The storage provider's schema: apply migrations, or show their state.
+    Db {
+        #[command(subcommand)]
+        command: crate::commands::db::DbCommand,
+    },
     /// Local models: list what is present, or fetch everything ahead of time.
     Models {
         #[command(subcommand)]
@@ -179,6 +184,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Script { server, command } => {
             crate::commands::script::run(command, server, config, &out).await
         }
+        Command::Db { command } => crate::commands::db::run(command, config, &out).await,
         Command::Models { command } => models::run(command, &config, &out).await.map(|()| true),
         Command::Crew { server, command } => {
             let api = RemoteCrews::new(Connection::new(server, &config));

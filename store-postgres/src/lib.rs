@@ -30,7 +30,7 @@ use tokio_postgres::NoTls;
 
 pub use connect::redact_url;
 pub use runs::PostgresRunStore;
-pub use schema::SCHEMA_VERSION;
+pub use schema::{MigrationState, SCHEMA_VERSION, SchemaStatus};
 
 use bridge::Bridge;
 use connect::Target;
@@ -180,8 +180,58 @@ impl PostgresStore {
         PostgresRunStore::new(self.shared.clone())
     }
 
+    /// The schema's migration state (`orkeon db status`), read on one connection of the pool.
+    pub fn schema_status(&self) -> Result<SchemaStatus, StoreError> {
+        let shared = self.shared.clone();
+        self.shared.run(async move {
+            let client = connection(&shared.pool).await?;
+            schema::status(
+                &client,
+                shared.describe.clone(),
+                &shared.settings.postgres.schema,
+            )
+            .await
+        })
+    }
+
     /// `user@host:port/database` of the server (never the password).
     pub fn describe(&self) -> &str {
         &self.shared.describe
     }
 }
+
+/// The schema's migration state without opening a store, so without migrating anything
+/// (`orkeon db status`): errors name the setting to fix, never the password.
+pub fn schema_status(settings: &StoreSettings) -> Result<SchemaStatus, StoreError> {
+    let postgres = &settings.postgres;
+    if !valid_schema_name(&postgres.schema) {
+        return Err(StoreError::InvalidSetting {
+            key: "postgres.schema",
+            reason: format!("'{}' is not a valid schema name", postgres.schema),
+        });
+    }
+    let target = Target::from_settings(postgres)?;
+    let bridge = Bridge::new(1)
+        .map_err(|e| StoreError::Io(format!("cannot start the PostgreSQL store's runtime: {e}")))?;
+    let schema = postgres.schema.clone();
+    bridge.run(async move {
+        let config = target.with_session("public", STATUS_TIMEOUT_MS);
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| target.connect_error(&e))?;
+        let driver = tokio::spawn(connection);
+        let result = schema::status(&client, target.describe.clone(), &schema)
+            .await
+            .map_err(|e| match e {
+                StoreError::Io(message) => StoreError::Io(target.scrub(&message)),
+                other => other,
+            });
+        drop(client);
+        let _ = driver.await;
+        result
+    })
+}
+
+/// The statement timeout of a status read, in milliseconds.
+const STATUS_TIMEOUT_MS: u64 = 30_000;

@@ -257,3 +257,114 @@ pub(crate) async fn migrate(
         .map_err(|e| io("committing the migration", e))?;
     Ok(current.max(SCHEMA_VERSION))
 }
+
+/// One migration as `orkeon db status` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MigrationState {
+    pub version: i32,
+    pub description: String,
+    /// When it was applied (RFC 3339, the server's clock); `None`: pending.
+    pub applied_at: Option<String>,
+}
+
+/// A schema's state, read without changing anything (`orkeon db status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaStatus {
+    /// `user@host:port/database` (never the password).
+    pub database: String,
+    pub schema: String,
+    /// `SELECT version()` of the server.
+    pub server_version: String,
+    /// The installed pgvector version, if any.
+    pub pgvector: Option<String>,
+    /// The newest version applied (0: the schema has no Orkeon tables yet).
+    pub version: i32,
+    /// The newest version this build knows ([`SCHEMA_VERSION`]).
+    pub supported: i32,
+    /// Every migration this build knows, and any newer one the schema records.
+    pub migrations: Vec<MigrationState>,
+}
+
+impl SchemaStatus {
+    /// Migrations this build would apply.
+    pub fn pending(&self) -> usize {
+        self.migrations
+            .iter()
+            .filter(|m| m.applied_at.is_none())
+            .count()
+    }
+}
+
+/// Reads the state of `schema` on `client` (nothing is created or changed).
+pub(crate) async fn status(
+    client: &Client,
+    database: String,
+    schema: &str,
+) -> Result<SchemaStatus, StoreError> {
+    let server_version: String = client
+        .query_one("SELECT version()", &[])
+        .await
+        .map_err(|e| io("reading the server version", e))?
+        .get(0);
+    let pgvector: Option<String> = client
+        .query_opt(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'",
+            &[],
+        )
+        .await
+        .map_err(|e| io("reading pg_extension", e))?
+        .map(|row| row.get(0));
+    let table = format!("{schema}.schema_migrations");
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(|e| io("looking for schema_migrations", e))?
+        .get(0);
+    let mut applied: Vec<(i32, String, String)> = Vec::new();
+    if exists {
+        // `schema` is checked by `valid_schema_name`: safe unquoted.
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT version, description, to_char(applied_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')
+                     FROM {schema}.schema_migrations ORDER BY version"
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| io("reading schema_migrations", e))?;
+        applied = rows
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+    }
+    let mut migrations: Vec<MigrationState> = MIGRATIONS
+        .iter()
+        .map(|(version, description, _)| MigrationState {
+            version: *version,
+            description: description.to_string(),
+            applied_at: applied
+                .iter()
+                .find(|(v, _, _)| v == version)
+                .map(|(_, _, at)| at.clone()),
+        })
+        .collect();
+    for (version, description, at) in &applied {
+        if !migrations.iter().any(|m| m.version == *version) {
+            migrations.push(MigrationState {
+                version: *version,
+                description: description.clone(),
+                applied_at: Some(at.clone()),
+            });
+        }
+    }
+    Ok(SchemaStatus {
+        database,
+        schema: schema.to_string(),
+        server_version,
+        pgvector,
+        version: applied.iter().map(|(v, _, _)| *v).max().unwrap_or(0),
+        supported: SCHEMA_VERSION,
+        migrations,
+    })
+}

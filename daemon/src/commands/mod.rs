@@ -2,6 +2,7 @@
 
 pub mod crew;
 pub mod daemon;
+pub mod db;
 pub mod eval;
 pub mod models;
 pub mod rag;
