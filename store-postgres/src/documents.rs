@@ -125,6 +125,22 @@ fn record_of(row: &Row) -> SourceRecord {
     }
 }
 
+/// A read-only REPEATABLE READ transaction: every statement in it reads one snapshot, so a
+/// rebuild published meanwhile (the name moving to another collection id) is seen whole or not
+/// at all.
+async fn snapshot<'c>(
+    client: &'c mut deadpool_postgres::Object,
+    what: &str,
+) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(|e| db_error(&format!("starting a read of {what}"), e))
+}
+
 /// Reads collection `name`; `for_update` locks its row until the transaction ends.
 async fn lookup(
     client: &impl deadpool_postgres::GenericClient,
@@ -745,13 +761,7 @@ impl DocumentStore for PostgresStore {
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
             // One snapshot for the lookup and the rows (see `search`).
-            let client = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(|e| db_error("starting a manifest read", e))?;
+            let client = snapshot(&mut client, "a manifest").await?;
             let Some(found) = lookup(&client, &name, false).await? else {
                 return Ok(Manifest {
                     collection: name,
@@ -798,7 +808,9 @@ impl DocumentStore for PostgresStore {
         validate_collection_name(collection)?;
         let (name, source) = (collection.to_string(), source_id.to_string());
         self.call(|shared| async move {
-            let client = connection(&shared.pool).await?;
+            let mut client = connection(&shared.pool).await?;
+            // One snapshot for the lookup and the rows (see `snapshot`).
+            let client = snapshot(&mut client, "a source's chunks").await?;
             let found = lookup(&client, &name, false)
                 .await?
                 .ok_or_else(|| unknown(&name))?;
@@ -824,7 +836,9 @@ impl DocumentStore for PostgresStore {
         validate_collection_name(collection)?;
         let (name, chunk) = (collection.to_string(), chunk_id.to_string());
         self.call(|shared| async move {
-            let client = connection(&shared.pool).await?;
+            let mut client = connection(&shared.pool).await?;
+            // One snapshot for the lookup and the row (see `snapshot`).
+            let client = snapshot(&mut client, "a chunk").await?;
             let found = lookup(&client, &name, false)
                 .await?
                 .ok_or_else(|| unknown(&name))?;
@@ -852,13 +866,7 @@ impl DocumentStore for PostgresStore {
             let mut client = connection(&shared.pool).await?;
             // One snapshot for the lookup and the legs: a rebuild published meanwhile is seen
             // whole or not at all.
-            let transaction = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(|e| db_error("starting a search", e))?;
+            let transaction = snapshot(&mut client, "a search").await?;
             let found = lookup(&transaction, &name, false)
                 .await?
                 .ok_or_else(|| unknown(&name))?;
