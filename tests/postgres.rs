@@ -1,7 +1,8 @@
 //! End to end on the PostgreSQL provider: the daemon's knowledge over real gRPC on loopback,
 //! living in the database (not the data folder); a missing URL refused naming the setting; the
-//! password kept out of logs, `orkeon config` and errors. The flows every provider shares run
-//! once per provider in `cli_rag.rs` and `daemon.rs`.
+//! password kept out of logs, `orkeon config` and errors; the database as a health dependency
+//! (NOT_SERVING while it is unreachable, SERVING again without a restart). The flows every
+//! provider shares run once per provider in `cli_rag.rs` and `daemon.rs`.
 //!
 //! The server comes from `ORKEON_TEST_PG_URL` + `ORKEON_TEST_PG_PASSWORD` (`scripts/test-postgres
 //! start`); without it each test prints a loud skip line, unless `ORKEON_REQUIRE_PG=1`.
@@ -9,11 +10,17 @@
 mod support;
 
 use std::fs;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
-use support::{Daemon, PG_PASSWORD_VAR, Store, orkeon, orkeon_on, run_failing, run_json};
+use support::{
+    Daemon, PG_PASSWORD_VAR, Store, eventually, orkeon, orkeon_on, run_failing, run_json,
+};
 
 /// The test server's URL with its password written into it (`postgres://user:pw@…`).
 fn url_with_password(url: &str) -> (String, String) {
@@ -22,6 +29,12 @@ fn url_with_password(url: &str) -> (String, String) {
     let (user, host) = rest.split_once('@').expect("user@host in the URL");
     let user = user.split(':').next().unwrap_or(user);
     (format!("{scheme}://{user}:{password}@{host}"), password)
+}
+
+/// The test server's `host:port`.
+fn address(url: &str) -> String {
+    let tail = url.rsplit_once('@').map(|(_, t)| t).unwrap_or(url);
+    tail.split('/').next().unwrap_or(tail).to_string()
 }
 
 /// The same URL pointing at another `host:port`.
@@ -347,4 +360,176 @@ fn db_status_shows_pending_migrations_and_db_migrate_applies_them() {
     let refused = run_failing(orkeon(work.path(), &data).args(["db", "migrate"]));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("rag.store.provider"), "{stderr}");
+}
+
+/// A TCP relay between the daemon and the test server that can cut the database off: while
+/// down it resets every relayed connection and every new one.
+struct Relay {
+    address: String,
+    down: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn start(upstream: String) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        let down = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        {
+            let (down, open) = (down.clone(), open.clone());
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    let Ok(client) = client else { continue };
+                    if down.load(Ordering::SeqCst) {
+                        let _ = client.shutdown(Shutdown::Both);
+                        continue;
+                    }
+                    let Ok(server) = TcpStream::connect(&upstream) else {
+                        continue;
+                    };
+                    for stream in [&client, &server] {
+                        if let Ok(copy) = stream.try_clone() {
+                            open.lock().expect("lock").push(copy);
+                        }
+                    }
+                    pipe(&client, &server);
+                    pipe(&server, &client);
+                }
+            });
+        }
+        Relay {
+            address,
+            down,
+            open,
+        }
+    }
+
+    fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        for stream in self.open.lock().expect("lock").drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` on a thread until either side closes.
+fn pipe(from: &TcpStream, to: &TcpStream) {
+    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buffer[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+/// The daemon's overall gRPC health status.
+async fn health(url: &str) -> Option<i32> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let channel = tonic::transport::Channel::from_shared(url.to_string())
+        .ok()?
+        .connect()
+        .await
+        .ok()?;
+    let mut client = HealthClient::new(channel);
+    let reply = client
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .ok()?;
+    Some(reply.into_inner().status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_not_serving_while_the_database_is_unreachable_and_recovers() {
+    use tonic_health::ServingStatus;
+    let Some(store) = Store::postgres("health_dependency") else {
+        return;
+    };
+    let Store::Postgres(pg) = &store else {
+        unreachable!()
+    };
+    let relay = Relay::start(address(&pg.url));
+    let relayed = with_address(&pg.url, &relay.address);
+    let work = tempfile::tempdir().expect("tempdir");
+    let crews = work.path().join("crews");
+    fs::create_dir_all(&crews).expect("mkdir");
+    let mut env = store.env();
+    for (key, value) in env.iter_mut() {
+        if key == "ORKEON_RAG__STORE__POSTGRES__URL" {
+            *value = relayed.clone();
+        }
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let daemon = Daemon::start(work.path(), &work.path().join("data"), &crews, &env);
+    let url = daemon.url();
+    let serving = ServingStatus::Serving as i32;
+    let not_serving = ServingStatus::NotServing as i32;
+
+    let wait_for = |want: i32| {
+        let url = url.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                if health(&url).await == Some(want) {
+                    return true;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(wait_for(serving).await, "not SERVING at start");
+
+    relay.cut();
+    assert!(
+        wait_for(not_serving).await,
+        "health stayed SERVING with the database cut off; log:\n{}",
+        daemon.log()
+    );
+    // A request meanwhile fails with an error naming the database, and the daemon lives on.
+    let mut cmd = orkeon(work.path(), &work.path().join("data"));
+    cmd.args(["rag", "--server", &url, "collections"]);
+    let stderr = String::from_utf8_lossy(&run_failing(&mut cmd).stderr).to_string();
+    assert!(stderr.contains("PostgreSQL"), "{stderr}");
+
+    relay.restore();
+    assert!(
+        wait_for(serving).await,
+        "health did not recover after the database came back; log:\n{}",
+        daemon.log()
+    );
+    let listed = eventually(Duration::from_secs(10), || {
+        let mut cmd = orkeon(work.path(), &work.path().join("data"));
+        cmd.args(["--json", "rag", "--server", &url, "collections"]);
+        cmd.output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+    });
+    assert_eq!(listed.as_deref().map(str::trim), Some("[]"));
+    let log = daemon.log();
+    assert!(log.contains("the database is unreachable"), "{log}");
+    assert!(log.contains("reachable again"), "{log}");
+    drop(daemon);
 }

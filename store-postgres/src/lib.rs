@@ -198,6 +198,31 @@ impl PostgresStore {
     pub fn describe(&self) -> &str {
         &self.shared.describe
     }
+
+    /// One round trip on a pooled connection, within [`PING_TIMEOUT`]: whether the database
+    /// answers now. A connection broken by a server restart is replaced by the pool, so this
+    /// turns healthy again by itself once the server is back.
+    pub fn ping(&self) -> Result<(), StoreError> {
+        let shared = self.shared.clone();
+        self.shared.run(async move {
+            let probe = async {
+                let client = connection(&shared.pool).await?;
+                client
+                    .simple_query("SELECT 1")
+                    .await
+                    .map_err(|e| db_error("answering a health probe", e))?;
+                Ok(())
+            };
+            match tokio::time::timeout(PING_TIMEOUT, probe).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Io(format!(
+                    "PostgreSQL at {} did not answer a health probe within {} s",
+                    shared.describe,
+                    PING_TIMEOUT.as_secs()
+                ))),
+            }
+        })
+    }
 }
 
 /// The schema's migration state without opening a store, so without migrating anything
@@ -235,3 +260,6 @@ pub fn schema_status(settings: &StoreSettings) -> Result<SchemaStatus, StoreErro
 
 /// The statement timeout of a status read, in milliseconds.
 const STATUS_TIMEOUT_MS: u64 = 30_000;
+
+/// How long [`PostgresStore::ping`] waits for the database.
+pub const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -57,6 +57,15 @@ pub async fn serve(
     health
         .set_serving::<KnowledgeServiceServer<KnowledgeRpc>>()
         .await;
+    // The database is a dependency: NOT_SERVING (the whole server and both services) while it
+    // is unreachable, SERVING again once it answers (see `Storage::monitor`).
+    let monitor = tokio::spawn(services.host.storage.clone().monitor({
+        let health = health.clone();
+        move |reachable| {
+            let health = health.clone();
+            async move { set_health(&health, reachable).await }
+        }
+    }));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -72,7 +81,7 @@ pub async fn serve(
         check,
     );
     let limits = &services.config.limits;
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .timeout(std::time::Duration::from_secs(
             limits.request_timeout_secs.max(1),
         ))
@@ -92,6 +101,30 @@ pub async fn serve(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
-        .await?;
+        .await;
+    monitor.abort();
+    served?;
     Ok(())
+}
+
+/// Sets the overall status and both services' to SERVING or NOT_SERVING.
+async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+    use tonic_health::ServingStatus;
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    health.set_service_status("", status).await;
+    if serving {
+        health.set_serving::<CrewServiceServer<CrewRpc>>().await;
+        health
+            .set_serving::<KnowledgeServiceServer<KnowledgeRpc>>()
+            .await;
+    } else {
+        health.set_not_serving::<CrewServiceServer<CrewRpc>>().await;
+        health
+            .set_not_serving::<KnowledgeServiceServer<KnowledgeRpc>>()
+            .await;
+    }
 }
