@@ -309,6 +309,10 @@ pub struct PostgresSettings {
     /// The schema holding Orkeon's tables (created when missing), so several deployments can
     /// share one database.
     pub schema: String,
+    /// How long a run stays claimed by the daemon running it without a renewal, in seconds.
+    /// Each daemon renews its runs' leases every third of this; a run whose lease has run out
+    /// (its daemon died or stalled) is ended as interrupted by any daemon on the same schema.
+    pub lease_secs: u64,
 }
 
 impl Default for PostgresSettings {
@@ -319,6 +323,7 @@ impl Default for PostgresSettings {
             pool_size: 8,
             statement_timeout_ms: 30_000,
             schema: "orkeon".into(),
+            lease_secs: 30,
         }
     }
 }
@@ -334,6 +339,12 @@ impl PostgresSettings {
         }
         if self.pool_size == 0 {
             return Err(("postgres.pool_size", "must be at least 1".into()));
+        }
+        if !(1..=3600).contains(&self.lease_secs) {
+            return Err((
+                "postgres.lease_secs",
+                format!("is {}; use 1 to 3600 seconds", self.lease_secs),
+            ));
         }
         if !valid_schema_name(&self.schema) {
             return Err((

@@ -66,6 +66,19 @@ impl Bridge {
     }
 }
 
+impl Bridge {
+    /// Spawns `future` on the store's runtime without waiting; it is cancelled when the store
+    /// (so the runtime) is dropped.
+    pub(crate) fn spawn<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Some(runtime) = &self.runtime {
+            runtime.spawn(future);
+        }
+    }
+}
+
 impl Drop for Bridge {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {

@@ -48,6 +48,10 @@ pub(crate) struct Shared {
     pub settings: StoreSettings,
     /// `user@host:port/database`, for messages (never the password).
     pub describe: String,
+    /// This store's name on the runs it creates (`runs.owner`): unique per opened store.
+    pub owner: String,
+    /// How long a run stays claimed without a renewal (`postgres.lease_secs`).
+    pub lease: std::time::Duration,
     /// Last: dropped after the pool, whose connections are tasks on it.
     bridge: Bridge,
 }
@@ -60,6 +64,14 @@ impl Shared {
         F::Output: Send + 'static,
     {
         self.bridge.run(future)
+    }
+
+    /// Runs `future` in the background on the store's runtime, for as long as the store lives.
+    pub(crate) fn spawn<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.bridge.spawn(future)
     }
 }
 
@@ -159,6 +171,8 @@ impl PostgresStore {
                 pool,
                 settings: settings.clone(),
                 describe: target.describe.clone(),
+                owner: runs::new_owner(),
+                lease: std::time::Duration::from_secs(postgres.lease_secs.max(1)),
                 bridge,
             }),
         };
@@ -167,6 +181,11 @@ impl PostgresStore {
             let mut client = connection(&shared.pool).await?;
             documents::remove_unfinished_rebuilds(&mut client).await
         })?;
+        store.shared.spawn(runs::keep_leases(
+            store.shared.pool.clone(),
+            store.shared.owner.clone(),
+            store.shared.lease,
+        ));
         Ok(store)
     }
 

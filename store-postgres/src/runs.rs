@@ -7,11 +7,17 @@
 //! - `append` locks the run's row (`FOR UPDATE`), numbers the event through
 //!   `RunRecord::next_event`, and writes the event and the record in one transaction, so
 //!   sequence numbers stay dense whichever process appends.
-//! - `recover_interrupted` ends the runs left `running` (the partial index on `state`). With
-//!   one daemon per schema that is every such run; a fleet will scope it by `owner` and
-//!   `lease_expires_at` (columns already in the schema).
+//! - **Leases**, so several daemons can share one schema: every run is created with `owner`
+//!   (the creating store, unique per process) and `lease_expires_at` (`postgres.lease_secs`
+//!   ahead). Each store renews its own running runs' leases every third of that
+//!   ([`keep_leases`], a background task on the store's runtime) and, on the same tick, ends
+//!   as interrupted the running runs whose lease has run out: their daemon died or stalled.
+//!   `recover_interrupted` (at startup) ends those, the runs without an owner, and its own.
+//!   Never a live peer's: its leases are fresh. The claim is `FOR UPDATE SKIP LOCKED`, so
+//!   daemons recovering at once each end a different run, and every run ends exactly once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use orkeon_crews::run::store::{RunRecord, RunStore, RunStoreError, StoredEvent};
 use orkeon_crews::run::{RunEvent, RunStatus};
@@ -160,8 +166,16 @@ impl RunStore for PostgresRunStore {
             let state = state_name(run.state)?;
             transaction
                 .execute(
-                    "INSERT INTO runs (run_id, crew, state, last_seq, record) VALUES ($1, $2, $3, 0, $4)",
-                    &[&run.run_id, &run.crew, &state, &record],
+                    "INSERT INTO runs (run_id, crew, state, last_seq, record, owner, lease_expires_at)
+                     VALUES ($1, $2, $3, 0, $4, $5, now() + make_interval(secs => $6))",
+                    &[
+                        &run.run_id,
+                        &run.crew,
+                        &state,
+                        &record,
+                        &shared.owner,
+                        &shared.lease.as_secs_f64(),
+                    ],
                 )
                 .await
                 .map_err(|e| io(db_error("creating a run", e)))?;
@@ -279,33 +293,112 @@ impl RunStore for PostgresRunStore {
     }
 
     fn recover_interrupted(&self) -> Result<usize, RunStoreError> {
-        let running: Vec<String> = self.call(|shared| async move {
-            let client = connection(&shared.pool).await.map_err(io)?;
-            let rows = client
-                .query(
-                    "SELECT run_id FROM runs WHERE state = 'running' ORDER BY run_id",
-                    &[],
+        let mut recovered = 0;
+        loop {
+            let batch = self.call(|shared| async move {
+                let mut client = connection(&shared.pool).await.map_err(io)?;
+                end_abandoned(&mut client, &shared.owner, true).await
+            })?;
+            if batch == 0 {
+                return Ok(recovered);
+            }
+            recovered += batch;
+        }
+    }
+}
+
+/// The most runs one recovery transaction ends.
+const RECOVERY_BATCH: i64 = 100;
+
+/// A name for a new store's runs: host, process and a random part, unique per opened store.
+pub(crate) fn new_owner() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}/{}/{}", std::process::id(), &random[..12])
+}
+
+/// Ends, in one transaction, up to [`RECOVERY_BATCH`] running runs nobody holds: no owner, a
+/// lease that has run out, or (`mine`) this store's own. Each gets a terminal `run_finished`
+/// event (failed, interrupted) and a failed record. Rows another transaction holds are
+/// skipped (`SKIP LOCKED`): whoever holds them ends them. Returns how many it ended.
+async fn end_abandoned(
+    client: &mut deadpool_postgres::Object,
+    owner: &str,
+    mine: bool,
+) -> Result<usize, RunStoreError> {
+    let transaction = begin(client).await?;
+    let rows = transaction
+        .query(
+            "SELECT run_id FROM runs
+             WHERE state = 'running'
+               AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < now()
+                    OR ($2 AND owner = $1))
+             ORDER BY run_id LIMIT $3
+             FOR UPDATE SKIP LOCKED",
+            &[&owner, &mine, &RECOVERY_BATCH],
+        )
+        .await
+        .map_err(|e| io(db_error("claiming interrupted runs", e)))?;
+    let reason = orkeon_crews::run::store::INTERRUPTED_REASON;
+    for row in &rows {
+        let run_id: String = row.get(0);
+        let mut run = read(&transaction, &run_id, true).await?;
+        let stored = run.next_event(RunEvent::RunFinished {
+            status: RunStatus::Failed,
+            reason: Some(reason.into()),
+            final_output: None,
+        });
+        transaction
+            .execute(
+                "INSERT INTO run_events (run_id, seq, at, event) VALUES ($1, $2, $3, $4)",
+                &[
+                    &run_id,
+                    &seq(stored.seq),
+                    &stored.at,
+                    &encode(&stored.event)?,
+                ],
+            )
+            .await
+            .map_err(|e| io(db_error("appending an event", e)))?;
+        run.end(RunStatus::Failed, Some(reason.into()), None);
+        put(&transaction, &run).await?;
+    }
+    commit(transaction).await?;
+    Ok(rows.len())
+}
+
+/// The background task of a store: every third of `lease`, renews the leases of the running
+/// runs `owner` created, then ends the runs whose lease has run out (see the module docs).
+/// Failures (the database away) are logged and retried on the next tick; the health probe
+/// reports them.
+pub(crate) async fn keep_leases(pool: deadpool_postgres::Pool, owner: String, lease: Duration) {
+    let tick = (lease / 3).max(Duration::from_millis(200));
+    loop {
+        tokio::time::sleep(tick).await;
+        let result = async {
+            let mut client = connection(&pool).await.map_err(io)?;
+            client
+                .execute(
+                    "UPDATE runs SET lease_expires_at = now() + make_interval(secs => $2)
+                     WHERE owner = $1 AND state = 'running'",
+                    &[&owner, &lease.as_secs_f64()],
                 )
                 .await
-                .map_err(|e| io(db_error("listing running runs", e)))?;
-            Ok(rows.into_iter().map(|row| row.get(0)).collect())
-        })?;
-        for run_id in &running {
-            self.append(
-                run_id,
-                RunEvent::RunFinished {
-                    status: RunStatus::Failed,
-                    reason: Some(orkeon_crews::run::store::INTERRUPTED_REASON.into()),
-                    final_output: None,
-                },
-            )?;
-            self.finish(
-                run_id,
-                RunStatus::Failed,
-                Some(orkeon_crews::run::store::INTERRUPTED_REASON.into()),
-                None,
-            )?;
+                .map_err(|e| io(db_error("renewing run leases", e)))?;
+            end_abandoned(&mut client, &owner, false).await
         }
-        Ok(running.len())
+        .await;
+        match result {
+            Ok(0) => {}
+            Ok(ended) => tracing::warn!(
+                runs = ended,
+                "runs whose daemon stopped renewing their lease were marked failed (each got a terminal event)"
+            ),
+            Err(error) => tracing::debug!(%error, "the run lease tick failed; retrying"),
+        }
     }
 }

@@ -20,7 +20,7 @@
 //! - `quarantine`: one row per (collection, source).
 //! - `runs`, `run_events`, `run_keys`: run records (jsonb, with their state and last sequence
 //!   number as columns), their events by (run, seq), and idempotency keys by (crew, key). `runs`
-//!   also has `owner` and `lease_expires_at`, unused for now, for a fleet's leases.
+//!   also has `owner` and `lease_expires_at`: the lease of the daemon running it (see `runs`).
 //!
 //! Identifiers and ids compare bytewise (`COLLATE "C"`), as the embedded store orders them.
 

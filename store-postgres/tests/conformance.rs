@@ -97,6 +97,7 @@ fn settings(url: &str, schema: &str) -> StoreSettings {
             pool_size: 4,
             statement_timeout_ms: 60_000,
             schema: schema.to_string(),
+            ..PostgresSettings::default()
         },
         ..StoreSettings::default()
     }
@@ -305,4 +306,113 @@ fn stores_work_from_inside_async_tasks() {
         names
     });
     assert_eq!(names, ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7"]);
+}
+
+/// Polls `check` every 100 ms until it holds or `timeout` passes.
+fn wait_until(timeout: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Two daemons on one schema: a peer's recovery never ends a run whose daemon is alive (its
+/// lease is renewed), and ends it — once, with a terminal event — after that daemon is gone.
+#[test]
+fn runs_of_a_live_peer_are_never_recovered_and_a_dead_peers_are_after_their_lease() {
+    use orkeon_crews::run::RunStatus;
+    use orkeon_crews::run::store::{INTERRUPTED_REASON, conformance::record};
+    let Some(url) = server("runs_of_a_live_peer_are_never_recovered") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "leases");
+    let mut settings = schemas.settings();
+    settings.postgres.lease_secs = 2;
+    let alive = PostgresStore::open(&settings).expect("open the first daemon's store");
+    let peer = PostgresStore::open(&settings).expect("open the second daemon's store");
+    let (alive_runs, peer_runs) = (alive.run_store(), peer.run_store());
+    alive_runs
+        .create(record("r1", "support", None))
+        .expect("create");
+
+    // Over three lease lengths the owner keeps renewing: a peer's startup recovery and its
+    // background sweeps leave the run alone.
+    for _ in 0..6 {
+        assert_eq!(peer_runs.recover_interrupted().expect("recover"), 0);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    assert_eq!(peer_runs.get("r1").expect("get").state, RunStatus::Running);
+
+    // The owner dies (its store, and with it the renewals, are gone): the peer's background
+    // sweep ends the run once its lease has run out.
+    drop(alive_runs);
+    drop(alive);
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || {
+            peer_runs.get("r1").expect("get").state == RunStatus::Failed
+        }),
+        "the dead daemon's run was never recovered"
+    );
+    let run = peer_runs.get("r1").expect("get");
+    assert_eq!(run.reason.as_deref(), Some(INTERRUPTED_REASON));
+    let events = peer_runs.events_after("r1", 0).expect("events");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].is_terminal(), "{events:?}");
+}
+
+/// Daemons recovering at once (`FOR UPDATE SKIP LOCKED`) each end a different run: every
+/// abandoned run ends exactly once, with one terminal event.
+#[test]
+fn concurrent_recoveries_end_every_abandoned_run_exactly_once() {
+    use orkeon_crews::run::RunStatus;
+    use orkeon_crews::run::store::conformance::record;
+    let Some(url) = server("concurrent_recoveries_end_every_abandoned_run_exactly_once") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "recoveries");
+    let mut settings = schemas.settings();
+    settings.postgres.lease_secs = 1;
+    let dead = PostgresStore::open(&settings).expect("open");
+    let runs = dead.run_store();
+    let ids: Vec<String> = (0..150).map(|i| format!("r{i:03}")).collect();
+    for id in &ids {
+        runs.create(record(id, "support", None)).expect("create");
+    }
+    drop(runs);
+    drop(dead);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+
+    let stores: Vec<PostgresStore> = (0..3)
+        .map(|_| PostgresStore::open(&settings).expect("open"))
+        .collect();
+    let recovered: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = stores
+            .iter()
+            .map(|store| scope.spawn(move || store.run_store().recover_interrupted()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("join").expect("recover"))
+            .sum()
+    });
+    // The stores' background sweeps may have ended some runs too; none twice.
+    assert!(
+        recovered <= ids.len(),
+        "{recovered} recoveries of {} runs",
+        ids.len()
+    );
+    let check = stores[0].run_store();
+    for id in &ids {
+        let run = check.get(id).expect("get");
+        assert_eq!(run.state, RunStatus::Failed, "{id}");
+        let events = check.events_after(id, 0).expect("events");
+        assert_eq!(events.len(), 1, "{id}: {events:?}");
+        assert!(events[0].is_terminal(), "{id}: {events:?}");
+    }
 }
