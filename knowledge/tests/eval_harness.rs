@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use orkeon_knowledge::embed::build_embedder;
 use orkeon_knowledge::eval::{
-    EvalError, EvalHarness, EvalOptions, EvalProgress, Floors, RetrievalPath, check_gate,
+    EvalError, EvalHarness, EvalOptions, EvalProgress, Floors, Metric, RetrievalPath, check_gate,
     load_dataset, metrics, render_markdown,
 };
 use orkeon_knowledge::ingest::IngestionPipeline;
@@ -290,11 +290,12 @@ async fn golden_dataset_on_the_fast_profile_with_real_components() {
     assert!(markdown.contains("| correctif | 1 |"), "{markdown}");
 
     // The gate reads the gated aggregate.
-    let floors = |recall: f64, mrr: f64| Floors {
-        profile: "fast".into(),
-        recall_at_5: recall,
-        mrr_at_10: mrr,
-        set_on: "2025-06-01".into(),
+    let floors = |recall: f64, mrr: f64| {
+        Floors::single(
+            "fast",
+            &[(Metric::RecallAt5, recall), (Metric::MrrAt10, mrr)],
+            "2025-06-01",
+        )
     };
     assert_eq!(check_gate(&report, &floors(0.0, 0.0)), Ok(()));
     let failures = check_gate(&report, &floors(1.01, 1.01)).unwrap_err();

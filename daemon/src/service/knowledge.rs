@@ -585,8 +585,9 @@ impl KnowledgeApi for KnowledgeApp {
             Ok(()) => GateVerdict {
                 passed: true,
                 messages: vec![format!(
-                    "quality gate passed: {} recall@5 and MRR@10 at or above the floors set on {}",
-                    floors.profile, floors.set_on
+                    "quality gate passed: {} at or above the floors set on {}",
+                    floors.describe(),
+                    floors.set_on
                 )],
             },
             Err(failures) => GateVerdict {

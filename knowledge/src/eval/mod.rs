@@ -24,7 +24,7 @@ pub mod source_refs;
 use std::path::PathBuf;
 
 pub use dataset::{BeirDocument, CorpusSource, EvalCase, EvalDataset, load_dataset};
-pub use gate::{Floors, check_gate, load_floors};
+pub use gate::{Floors, Metric, ProfileFloors, check_gate, load_floors};
 pub use harness::{EvalHarness, EvalOptions, EvalProgress};
 pub use judge::{GenerationJudge, JudgeVerdict};
 pub use metrics::{mrr_at_k, ndcg_at_k, recall_at_k};
