@@ -23,13 +23,13 @@ fn missing_runtime() -> Option<String> {
             model.display()
         ));
     }
-    if let Some(ort) = std::env::var_os("ORT_DYLIB_PATH") {
-        if !Path::new(&ort).is_file() {
-            return Some(format!(
-                "ORT_DYLIB_PATH={} is not a file",
-                Path::new(&ort).display()
-            ));
-        }
+    if let Some(ort) = std::env::var_os("ORT_DYLIB_PATH")
+        && !Path::new(&ort).is_file()
+    {
+        return Some(format!(
+            "ORT_DYLIB_PATH={} is not a file",
+            Path::new(&ort).display()
+        ));
     }
     None
 }

@@ -14,8 +14,10 @@ use orkeon::{Config, Knowledge, QueryParams};
 async fn main() -> anyhow::Result<()> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/crews/knowledge/support");
     let data = tempfile::tempdir()?;
-    let mut config = Config::default();
-    config.data_dir = data.path().to_path_buf();
+    let mut config = Config {
+        data_dir: data.path().to_path_buf(),
+        ..Config::default()
+    };
     config.llm.provider = Some("extractive".into());
     let kb = Knowledge::with_config(config)?;
 

@@ -16,10 +16,12 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "How many days do I have to return headphones for a refund?".into());
     let crews = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/crews");
     let data = tempfile::tempdir()?;
-    let mut config = Config::default();
-    config.data_dir = data.path().to_path_buf();
-    // The crew's sources must lie under an ingestion root: the crews folder is one.
-    config.crews_dir = crews.clone();
+    let config = Config {
+        data_dir: data.path().to_path_buf(),
+        // The crew's sources must lie under an ingestion root: the crews folder is one.
+        crews_dir: crews.clone(),
+        ..Config::default()
+    };
 
     let host = Host::start(config).await?;
     let outcome = host

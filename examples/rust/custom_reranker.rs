@@ -66,18 +66,20 @@ async fn main() -> anyhow::Result<()> {
     let question = "Can I return damaged headphones?";
 
     // Without the custom reranker: the built-in `fast` profile (no rerank stage).
-    let mut config = Config::default();
-    config.data_dir = data.clone();
+    let config = Config {
+        data_dir: data.clone(),
+        ..Config::default()
+    };
     let before = {
         let kb = Knowledge::with_config(config)?;
         kb.ingest_from(&docs, "support", ["*.md"]).await?;
-        let mut params = orkeon::QueryParams {
+        let params = orkeon::QueryParams {
             collection: Some("support".into()),
             query: question.into(),
+            profile: Some("fast".into()),
             top_n: Some(4),
             ..Default::default()
         };
-        params.profile = Some("fast".into());
         let answer = kb.retrieve_with(params).await?;
         kb.flush()?;
         answer

@@ -16,8 +16,10 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "Which headphones support the LDAC codec?".to_string());
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/crews/knowledge/support");
     let data = tempfile::tempdir()?;
-    let mut config = Config::default();
-    config.data_dir = data.path().to_path_buf();
+    let config = Config {
+        data_dir: data.path().to_path_buf(),
+        ..Config::default()
+    };
     let kb = Knowledge::with_config(config)?;
     let report = kb
         .ingest_from(&docs, "support", ["*.md", "guides/*.md"])

@@ -21,10 +21,12 @@ let answer = rag.retrieve("Is there a student discount?", #{ collection: args.co
 async fn main() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir()?;
-    let mut config = Config::default();
-    config.data_dir = dir.path().join("data");
-    // The script's sources (`../crews/knowledge/...`) lie under this ingestion root.
-    config.crews_dir = root.join("examples/crews");
+    let config = Config {
+        data_dir: dir.path().join("data"),
+        // The script's sources (`../crews/knowledge/...`) lie under this ingestion root.
+        crews_dir: root.join("examples/crews"),
+        ..Config::default()
+    };
     let host = Host::start(config).await?;
 
     let script = root.join("examples/scripting/ingest-and-check.rhai");
