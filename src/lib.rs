@@ -258,8 +258,10 @@ impl Builder {
     /// Registers a reranker under `name` (matched case-insensitively; a built-in's name
     /// replaces the built-in). A profile runs it when the configuration selects it:
     /// `rag.rerank.kind: <name>` with the rerank stage enabled (`rag.rerank.enabled: true`, or
-    /// a profile that reranks: `balanced`, `quality`). `build` is called once per profile
-    /// that uses it, with the resolved rerank options and the configured chat model.
+    /// a profile that reranks: `balanced`, `quality`). `build` is called whenever a pipeline
+    /// that uses it is built (once per profile, memoised; evaluations build their own), with
+    /// the resolved rerank options and the configured chat model. Register before the first
+    /// query: a profile already built keeps its reranker.
     ///
     /// ```
     /// # #[tokio::main] async fn main() -> anyhow::Result<()> {

@@ -144,9 +144,9 @@ impl Services {
         })
     }
 
-    /// Loads every crew file of the crews folder (`crews_dir`) into the registry, as the
-    /// daemon does at start (no watcher, no on-load kickoffs); invalid ones are registered with
-    /// their error, which a kickoff naming them reports.
+    /// Loads every crew file of the crews folder (`crews_dir`) into the registry once (no
+    /// watcher, no on-load kickoffs — what `orkeon script run` works with); invalid ones are
+    /// registered with their error, which a kickoff naming them reports.
     pub fn load_crews(&self) {
         let dir = &self.config.crews_dir;
         let Ok(files) = crate::watch::crew_files(dir) else {
