@@ -22,14 +22,35 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::{Path, PathBuf};
+//!
+//! [`Builder`] adds the program's own components (a custom reranker, selected by name in the
+//! configuration like the built-ins), and [`Host`] runs crews and Rhai scripts in process
+//! over the same knowledge. The runnable demos are in `examples/rust/` (README, "Use it from
+//! Rust").
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Implementing [`Reranker`] needs `#[orkeon::async_trait]` on the impl block.
+pub use async_trait::async_trait;
+pub use orkeon_crews::run::store::{RunRecord, StoredEvent, TaskSummary};
+pub use orkeon_crews::run::{RunEvent, RunStatus};
 pub use orkeon_daemon::config::Config;
+pub use orkeon_daemon::knowledge_host::Components;
 pub use orkeon_daemon::service::{
-    ChunkingOverrides, IngestParams, KnowledgeApi, KnowledgeApp, QueryParams, ServiceError,
+    ChunkingOverrides, CrewApi, CrewApp, IngestParams, KnowledgeApi, KnowledgeApp, QueryParams,
+    ServiceError,
 };
+pub use orkeon_daemon::services::CrewRun;
 pub use orkeon_knowledge::ingest::IngestReport;
-pub use orkeon_knowledge::types::{Citation, RagAnswer};
+pub use orkeon_knowledge::query::QueryError;
+pub use orkeon_knowledge::query::rerank::{Reranker, RerankerContext};
+pub use orkeon_knowledge::store::SearchMode;
+pub use orkeon_knowledge::types::{Citation, RagAnswer, ScoreOrigin, ScoredChunk};
+
+use orkeon_daemon::script::{ScriptHost, ScriptLimits};
+use orkeon_daemon::services::Services;
 
 /// One data folder's knowledge: ingest sources into collections, retrieve and query them.
 ///
@@ -40,6 +61,11 @@ pub struct Knowledge {
 }
 
 impl Knowledge {
+    /// A [`Builder`] over `config`, to register the program's own components before opening.
+    pub fn builder(config: Config) -> Builder {
+        Builder::new(config)
+    }
+
     /// Opens (creating it if needed) the store in `data_dir`, with the built-in defaults for
     /// everything else.
     ///
@@ -212,5 +238,202 @@ impl Knowledge {
     /// Writes everything to disk (call before the program exits).
     pub fn flush(&self) -> Result<(), ServiceError> {
         self.app.flush()
+    }
+}
+
+/// Opens [`Knowledge`] or starts a [`Host`] with the program's own components registered
+/// next to the built-ins.
+pub struct Builder {
+    config: Config,
+    components: Components,
+}
+
+impl Builder {
+    /// The built-in components over `config`.
+    pub fn new(config: Config) -> Self {
+        let components = Components::builtin(&config.embeddings);
+        Self { config, components }
+    }
+
+    /// Registers a reranker under `name` (matched case-insensitively; a built-in's name
+    /// replaces the built-in). A profile runs it when the configuration selects it:
+    /// `rag.rerank.kind: <name>` with the rerank stage enabled (`rag.rerank.enabled: true`, or
+    /// a profile that reranks: `balanced`, `quality`). `build` is called whenever a pipeline
+    /// that uses it is built (once per profile, memoised; evaluations build their own), with
+    /// the resolved rerank options and the configured chat model. Register before the first
+    /// query: a profile already built keeps its reranker.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> anyhow::Result<()> {
+    /// use std::sync::Arc;
+    /// use orkeon::{QueryError, Reranker, ScoredChunk};
+    ///
+    /// /// Shortest passages first.
+    /// struct Shortest;
+    /// #[orkeon::async_trait]
+    /// impl Reranker for Shortest {
+    ///     fn name(&self) -> &str { "shortest" }
+    ///     async fn rerank(&self, _query: &str, mut candidates: Vec<ScoredChunk>, top_n: usize)
+    ///         -> Result<Vec<ScoredChunk>, QueryError> {
+    ///         candidates.sort_by_key(|c| c.chunk.text.len());
+    ///         candidates.truncate(top_n);
+    ///         Ok(candidates)
+    ///     }
+    /// }
+    ///
+    /// let (data, docs) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// std::fs::write(docs.path().join("long.md"),
+    ///     "# Warranty\n\nThe Pebble S warranty lasts two years from the date of delivery, \
+    ///      covers manufacturing defects and is honoured in every country we ship to.\n")?;
+    /// std::fs::write(docs.path().join("short.md"), "# Pebble S\n\nPebble S: two-year warranty.\n")?;
+    /// let mut config = orkeon::Config::default();
+    /// config.data_dir = data.path().to_path_buf();
+    /// config.rag.rerank.enabled = Some(true);
+    /// config.rag.rerank.kind = Some("shortest".into()); // selected by configuration
+    /// let kb = orkeon::Knowledge::builder(config)
+    ///     .reranker("shortest", |_ctx| Ok(Arc::new(Shortest) as Arc<dyn Reranker>))
+    ///     .open()?;
+    /// kb.ingest_from(docs.path(), "kb", ["*.md"]).await?;
+    /// let answer = kb.retrieve("kb", "Pebble S warranty").await?;
+    /// assert_eq!(answer.citations[0].source_id, "short.md");
+    /// # kb.flush()?; Ok(()) }
+    /// ```
+    pub fn reranker<F>(self, name: &str, build: F) -> Self
+    where
+        F: Fn(&RerankerContext<'_>) -> Result<Arc<dyn Reranker>, QueryError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.components
+            .rerankers
+            .register(name, &[], Arc::new(build));
+        self
+    }
+
+    /// Opens [`Knowledge`] (the store now, the embedder on first use).
+    pub fn open(self) -> anyhow::Result<Knowledge> {
+        Ok(Knowledge {
+            app: KnowledgeApp::open_with(self.config, self.components)?,
+        })
+    }
+
+    /// Starts a [`Host`]: the knowledge, the crew engine and the crews of `crews_dir`.
+    pub async fn start(self) -> anyhow::Result<Host> {
+        let services = Services::start_with(self.config, self.components).await?;
+        services.load_crews();
+        Ok(Host { services })
+    }
+}
+
+/// One process's Orkeon without the daemon: knowledge, the crew engine (with the crew files of
+/// `crews_dir` loaded, as `orkeon script run` has them) and Rhai scripts — what
+/// `orkeon crew run` and `orkeon script run` run on. The embedder loads at start.
+///
+/// The embedded store has one opener: open either a [`Knowledge`] or a `Host` on a data folder
+/// at a time ([`Host::knowledge`] is the host's own).
+pub struct Host {
+    services: Services,
+}
+
+impl Host {
+    /// Starts with the built-in components ([`Builder::start`] for custom ones).
+    pub async fn start(config: Config) -> anyhow::Result<Self> {
+        Builder::new(config).start().await
+    }
+
+    /// Runs the crew file `file` to its end, as `orkeon crew run FILE --input k=v` does: its
+    /// `rag:` collections are ingested first (sources relative to the file, which must lie
+    /// under an ingestion root such as `crews_dir`), then its tasks run with `inputs` filling
+    /// `{{ inputs.NAME }}`.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> anyhow::Result<()> {
+    /// let (data, crews) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// std::fs::write(crews.path().join("returns.md"),
+    ///     "# Returns\n\nHeadphones may be returned within 30 days of delivery.\n")?;
+    /// std::fs::write(crews.path().join("desk.yaml"), r#"
+    /// name: desk
+    /// llm: { provider: extractive }
+    /// rag:
+    ///   collections:
+    ///     kb: { sources: [returns.md] }
+    /// agents:
+    ///   clerk: { role: Support clerk, goal: Answer from the knowledge base, knowledge: [kb] }
+    /// tasks:
+    ///   - { name: answer, agent: clerk, description: "Answer: {{ inputs.question }}",
+    ///       expected_output: A cited answer }
+    /// "#)?;
+    /// let mut config = orkeon::Config::default();
+    /// config.data_dir = data.path().to_path_buf();
+    /// config.crews_dir = crews.path().to_path_buf();
+    /// let host = orkeon::Host::start(config).await?;
+    /// let done = host
+    ///     .run_crew_file(crews.path().join("desk.yaml"), [("question", "How long can I return headphones?")])
+    ///     .await?;
+    /// assert!(done.succeeded(), "{:?}", done.run.reason);
+    /// assert!(done.run.final_output.unwrap().contains("[1]"));
+    /// host.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_crew_file<K: Into<String>, V: Into<String>>(
+        &self,
+        file: impl AsRef<Path>,
+        inputs: impl IntoIterator<Item = (K, V)>,
+    ) -> anyhow::Result<CrewRun> {
+        let inputs: BTreeMap<String, String> = inputs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self.services.run_crew_file(file.as_ref(), inputs).await
+    }
+
+    /// Runs the Rhai script `file` as `orkeon script run FILE --arg k=v` does (globals `rag`,
+    /// `crew`, `args`; relative sources resolve against the script's folder; the
+    /// `limits.script_*` bounds apply): the value of its last statement, as JSON. What it
+    /// `print`s goes to standard output.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> anyhow::Result<()> {
+    /// let (data, dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// let script = dir.path().join("count.rhai");
+    /// std::fs::write(&script, "let n = 0; for i in 0..args.upto.parse_int() { n += i; } n")?;
+    /// let mut config = orkeon::Config::default();
+    /// config.data_dir = data.path().to_path_buf();
+    /// let host = orkeon::Host::start(config).await?;
+    /// let value = host.run_script(&script, [("upto", "4")]).await?;
+    /// assert_eq!(value, serde_json::json!(6));
+    /// host.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_script<K: Into<String>, V: Into<String>>(
+        &self,
+        file: impl AsRef<Path>,
+        args: impl IntoIterator<Item = (K, V)>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let file = file.as_ref();
+        let args: BTreeMap<String, String> = args
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let host = ScriptHost::in_process(&self.services, file)?;
+        orkeon_daemon::script::run_file(file, args, host, ScriptLimits::of(&self.services.config))
+            .await
+    }
+
+    /// The knowledge operations of this host (ingest, retrieve, query, collections, …).
+    pub fn knowledge(&self) -> &KnowledgeApp {
+        &self.services.knowledge_app
+    }
+
+    /// The crew and run operations of this host (kickoff by name, watch, runs, cancel).
+    pub fn crews(&self) -> &CrewApp {
+        &self.services.crews
+    }
+
+    /// Lets runs finish (up to `server.shutdown_grace_secs`), stops the actors and flushes the
+    /// store (call before the program exits).
+    pub async fn shutdown(self) {
+        self.services.shutdown().await;
     }
 }

@@ -17,6 +17,27 @@ use orkeon_knowledge::store::DocumentStore;
 use crate::config::Config;
 use crate::storage::Storage;
 
+/// The named components query pipelines are built from: the built-ins plus whatever a host
+/// program registers (a custom reranker or query transformer, selected by name in the
+/// configuration: `rag.rerank.kind`, `rag.query_transform.mode`). Cloning shares the
+/// registries, so a registration made on a clone is seen by every pipeline built afterwards.
+#[derive(Clone)]
+pub struct Components {
+    pub rerankers: Arc<RerankerFactory>,
+    pub transformers: Arc<TransformerFactory>,
+}
+
+impl Components {
+    /// The built-in rerankers (the cross-encoder resolved with `embedding`'s model search) and
+    /// query transformers.
+    pub fn builtin(embedding: &EmbeddingSettings) -> Self {
+        Self {
+            rerankers: Arc::new(RerankerFactory::builtin(embedding.clone())),
+            transformers: Arc::new(TransformerFactory::builtin()),
+        }
+    }
+}
+
 /// The knowledge services of one process.
 pub struct KnowledgeHost {
     pub data_dir: PathBuf,
@@ -27,6 +48,8 @@ pub struct KnowledgeHost {
     pub store: Arc<dyn DocumentStore>,
     pub embedder: Arc<dyn Embedder>,
     pub ingestion: Arc<IngestionPipeline>,
+    /// What the query pipelines' rerankers and transformers are built from.
+    pub components: Components,
 }
 
 impl KnowledgeHost {
@@ -42,6 +65,15 @@ impl KnowledgeHost {
 
     /// Loads the configured embedder over an open store.
     pub fn with_store(config: &Config, storage: Arc<Storage>) -> anyhow::Result<Self> {
+        Self::with_components(config, storage, Components::builtin(&config.embeddings))
+    }
+
+    /// [`KnowledgeHost::with_store`] with the host program's [`Components`].
+    pub fn with_components(
+        config: &Config,
+        storage: Arc<Storage>,
+        components: Components,
+    ) -> anyhow::Result<Self> {
         let data_dir = config.data_dir.clone();
         let embedder = build_embedder(&config.embeddings).context("cannot load the embedder")?;
         let store = storage.documents.clone();
@@ -58,6 +90,7 @@ impl KnowledgeHost {
             store,
             embedder,
             ingestion,
+            components,
         })
     }
 }
@@ -86,8 +119,8 @@ impl KnowledgeHost {
             store: self.store.clone(),
             embedder: self.embedder.clone(),
             chat,
-            rerankers: Arc::new(RerankerFactory::builtin(self.embedding_settings.clone())),
-            transformers: Arc::new(TransformerFactory::builtin()),
+            rerankers: self.components.rerankers.clone(),
+            transformers: self.components.transformers.clone(),
             groundedness: Some(groundedness),
         }
     }

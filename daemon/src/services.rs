@@ -2,11 +2,16 @@
 //! resolver, the run store, the augmenter, the crew engine and the application layer
 //! over them. Used by the daemon, by `orkeon crew run` and by the gRPC server.
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_crews::ports::KnowledgeService;
+use orkeon_crews::run::RunStatus;
+use orkeon_crews::run::store::{RunRecord, StoredEvent};
+use orkeon_crews::spec::parse_crew_file_checked;
 use orkeon_knowledge::crew_groundedness::CrewGroundedness;
 use orkeon_knowledge::crew_knowledge::{CollectionGates, CrewKnowledge};
 use orkeon_knowledge::query::ProfileResolver;
@@ -14,11 +19,27 @@ use orkeon_knowledge::query::groundedness::default_checker;
 
 use crate::actors::Augmenter;
 use crate::config::Config;
+use crate::crew_checks::HostChecks;
 use crate::engine::{CrewEngine, RunLimits};
-use crate::knowledge_host::KnowledgeHost;
+use crate::knowledge_host::{Components, KnowledgeHost};
 use crate::registry::CrewRegistry;
 use crate::runs::Runs;
 use crate::service::{CrewApp, CrewEvalTool, KnowledgeApp};
+
+/// A finished in-process run: its record (state, final output, per-task citation facts) and
+/// every event it appended, in order.
+#[derive(Debug, Clone)]
+pub struct CrewRun {
+    pub run: RunRecord,
+    pub events: Vec<StoredEvent>,
+}
+
+impl CrewRun {
+    /// Whether the run ended `finished` or `degraded` (not failed or cancelled).
+    pub fn succeeded(&self) -> bool {
+        matches!(self.run.state, RunStatus::Finished | RunStatus::Degraded)
+    }
+}
 
 /// Everything a running Orkeon process needs.
 pub struct Services {
@@ -39,8 +60,17 @@ pub struct Services {
 
 impl Services {
     pub async fn start(config: Config) -> anyhow::Result<Self> {
+        let components = Components::builtin(&config.embeddings);
+        Self::start_with(config, components).await
+    }
+
+    /// [`Services::start`] with the host program's rerankers and transformers.
+    pub async fn start_with(config: Config, components: Components) -> anyhow::Result<Self> {
         let config = Arc::new(config);
-        let host = Arc::new(KnowledgeHost::open(&config)?);
+        let storage = KnowledgeHost::open_store(&config)?;
+        let host = Arc::new(KnowledgeHost::with_components(
+            &config, storage, components,
+        )?);
         let runs = Arc::new(Runs::new(host.storage.runs.clone()));
         let recovered = runs.recover_interrupted()?;
         if recovered > 0 {
@@ -112,6 +142,40 @@ impl Services {
             knowledge_app,
             crews,
         })
+    }
+
+    /// Loads every crew file of the crews folder (`crews_dir`) into the registry once (no
+    /// watcher, no on-load kickoffs — what `orkeon script run` works with); invalid ones are
+    /// registered with their error, which a kickoff naming them reports.
+    pub fn load_crews(&self) {
+        let dir = &self.config.crews_dir;
+        let Ok(files) = crate::watch::crew_files(dir) else {
+            tracing::warn!(dir = %dir.display(), "no crews folder: a kickoff will find no crew");
+            return;
+        };
+        let checks = HostChecks::new(&self.config);
+        for file in files {
+            self.registry
+                .apply(&file, parse_crew_file_checked(&file, &checks));
+        }
+    }
+
+    /// Runs one crew file in this process (`orkeon crew run`): validates it with the host's
+    /// checks, starts a run with `inputs`, waits for its end and returns it with its events.
+    pub async fn run_crew_file(
+        &self,
+        file: &Path,
+        inputs: BTreeMap<String, String>,
+    ) -> anyhow::Result<CrewRun> {
+        let spec = parse_crew_file_checked(file, &HostChecks::new(&self.config))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let record = self
+            .engine
+            .start(Arc::new(spec), inputs, None)
+            .context("cannot start the run")?;
+        let run = self.engine.wait(&record.run_id).await?;
+        let events = self.runs.events_after(&run.run_id, 0)?;
+        Ok(CrewRun { run, events })
     }
 
     /// Lets runs finish (up to the configured grace), stops the actors and flushes the store.

@@ -2,11 +2,8 @@
 //! the daemon's engine); `list`, `get`, `kickoff`, `watch`, `runs` and `cancel` drive a daemon
 //! through the application layer's [`CrewApi`].
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Subcommand;
 use orkeon_crews::run::RunStatus;
 use orkeon_crews::spec::parse_crew_file_checked;
@@ -80,17 +77,15 @@ pub async fn run(
     config: Config,
     out: &Output,
 ) -> anyhow::Result<bool> {
-    let spec = parse_crew_file_checked(&file, &HostChecks::new(&config))
+    // Validated before anything is opened or loaded.
+    parse_crew_file_checked(&file, &HostChecks::new(&config))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let services = Services::start(config).await?;
-    let inputs: BTreeMap<String, String> = inputs.into_iter().collect();
-    let record = services
-        .engine
-        .start(Arc::new(spec), inputs, None)
-        .context("cannot start the run")?;
-    let run = services.engine.wait(&record.run_id).await?;
-    let events = services.runs.events_after(&run.run_id, 0)?;
+    let outcome = services
+        .run_crew_file(&file, inputs.into_iter().collect())
+        .await;
     services.shutdown().await;
+    let crate::services::CrewRun { run, events } = outcome?;
     let ok = matches!(run.state, RunStatus::Finished | RunStatus::Degraded);
     if out.json {
         out.print_json(&serde_json::json!({"run": run, "events": events}))?;

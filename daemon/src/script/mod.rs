@@ -24,9 +24,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use rhai::{Dynamic, Engine, EvalAltResult, Map, Position, Scope};
 
+use crate::config::Config;
 use crate::service::{CrewApi, KnowledgeApi};
+use crate::services::Services;
 
 pub use bindings::{CrewHandle, RagHandle};
 
@@ -47,6 +50,50 @@ pub struct ScriptHost {
     /// confinement applies).
     pub base_dir: Option<PathBuf>,
     pub runtime: tokio::runtime::Handle,
+}
+
+impl ScriptLimits {
+    /// The limits of `config` (`limits.script_max_operations`, `limits.script_timeout_secs`).
+    pub fn of(config: &Config) -> Self {
+        Self {
+            max_operations: config.limits.script_max_operations,
+            timeout: Duration::from_secs(config.limits.script_timeout_secs.max(1)),
+        }
+    }
+}
+
+impl ScriptHost {
+    /// Over this process's services (knowledge and crew engine), with relative sources
+    /// resolving against the folder of `script` (on the caller's Tokio runtime).
+    pub fn in_process(services: &Services, script: &Path) -> anyhow::Result<Self> {
+        let folder = script.parent().filter(|p| !p.as_os_str().is_empty());
+        let folder = folder.unwrap_or(Path::new("."));
+        let base_dir = std::fs::canonicalize(folder)
+            .with_context(|| format!("script folder {}", folder.display()))?;
+        Ok(Self {
+            knowledge: services.knowledge_app.clone(),
+            crews: services.crews.clone(),
+            base_dir: Some(base_dir),
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+}
+
+/// Reads and [`run`]s the script `file` on a blocking thread (its `rag.*`/`crew.*` calls wait
+/// on the caller's runtime): the value of its last statement.
+pub async fn run_file(
+    file: &Path,
+    args: BTreeMap<String, String>,
+    host: ScriptHost,
+    limits: ScriptLimits,
+) -> anyhow::Result<serde_json::Value> {
+    let source = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the script {}", file.display()))?;
+    let path = file.to_path_buf();
+    let value = tokio::task::spawn_blocking(move || run(&path, &source, &args, host, limits))
+        .await
+        .context("the script's thread failed")??;
+    Ok(value)
 }
 
 /// Why a script failed: where (file, line, column) and what.

@@ -33,7 +33,7 @@ use tokio::sync::OnceCell;
 
 use super::ServiceError;
 use crate::config::{Config, Limits};
-use crate::knowledge_host::KnowledgeHost;
+use crate::knowledge_host::{Components, KnowledgeHost};
 use crate::storage::Storage;
 
 /// Progress of an ingestion, for progress bars.
@@ -242,6 +242,8 @@ pub struct KnowledgeApp {
     store: Arc<dyn DocumentStore>,
     engine: OnceCell<Engine>,
     gates: Arc<CollectionGates>,
+    /// The rerankers and transformers the engine's pipelines are built from.
+    components: Components,
 }
 
 impl KnowledgeApp {
@@ -256,6 +258,7 @@ impl KnowledgeApp {
             config,
             storage: host.storage.clone(),
             store: host.store.clone(),
+            components: host.components.clone(),
             engine: OnceCell::new_with(Some(Engine { host, resolver })),
             gates,
         }
@@ -263,6 +266,13 @@ impl KnowledgeApp {
 
     /// For one CLI command: opens the store now, the embedder when an operation needs it.
     pub fn open(config: Config) -> anyhow::Result<Self> {
+        let components = Components::builtin(&config.embeddings);
+        Self::open_with(config, components)
+    }
+
+    /// [`KnowledgeApp::open`] with the host program's rerankers and transformers (selected by
+    /// name in the configuration like the built-ins).
+    pub fn open_with(config: Config, components: Components) -> anyhow::Result<Self> {
         let storage = KnowledgeHost::open_store(&config)?;
         Ok(Self {
             config: Arc::new(config),
@@ -270,6 +280,7 @@ impl KnowledgeApp {
             storage,
             engine: OnceCell::new(),
             gates: Arc::default(),
+            components,
         })
     }
 
@@ -281,8 +292,12 @@ impl KnowledgeApp {
     async fn engine(&self) -> Result<&Engine, ServiceError> {
         self.engine
             .get_or_try_init(|| async {
-                let host = KnowledgeHost::with_store(&self.config, self.storage.clone())
-                    .map_err(|e| ServiceError::FailedPrecondition(format!("{e:#}")))?;
+                let host = KnowledgeHost::with_components(
+                    &self.config,
+                    self.storage.clone(),
+                    self.components.clone(),
+                )
+                .map_err(|e| ServiceError::FailedPrecondition(format!("{e:#}")))?;
                 let chat = build_chat_model(&self.config.llm).ok();
                 let resolver = host.resolver(&self.config, chat);
                 Ok(Engine {
