@@ -44,8 +44,8 @@ use std::sync::Arc;
 use orkeon_knowledge::fusion::FusionMethod;
 use orkeon_knowledge::store::{
     BatchOutcome, CheckedQuery, CollectionInfo, DocumentStore, Manifest, Rebuild, SearchRequest,
-    SourceBatch, SourceRecord, StoreError, VectorIndexStatus, check_search, check_source_batch,
-    fuse_hybrid, hybrid_depths, validate_collection_name,
+    SourceBatch, SourceRecord, StoreError, VectorIndexStatus, WriterLock, check_search,
+    check_source_batch, fuse_hybrid, hybrid_depths, validate_collection_name,
 };
 use orkeon_knowledge::types::{EmbeddingProfile, ScoreOrigin, ScoredChunk, StoredChunk};
 use pgvector::Vector;
@@ -649,6 +649,50 @@ impl PostgresStore {
 }
 
 impl DocumentStore for PostgresStore {
+    /// A session advisory lock on the collection (per schema), taken on a connection detached
+    /// from the pool: the guard owns it, and dropping the guard closes it, which releases the
+    /// lock — also when this process dies. Polled with `pg_try_advisory_lock` so the wait is
+    /// never cut by the statement timeout, and bounded by [`WRITER_WAIT`].
+    fn writer_lock(&self, collection: &str) -> Result<WriterLock, StoreError> {
+        validate_collection_name(collection)?;
+        let shared = self.shared.clone();
+        let collection = collection.to_string();
+        let client = self.shared.run(async move {
+            let key = format!(
+                "orkeon-collection:{}:{collection}",
+                shared.settings.postgres.schema
+            );
+            let client = deadpool_postgres::Object::take(connection(&shared.pool).await?);
+            let started = std::time::Instant::now();
+            let mut announced = false;
+            loop {
+                let held: bool = client
+                    .query_one("SELECT pg_try_advisory_lock(hashtext($1))", &[&key])
+                    .await
+                    .map_err(|e| db_error("taking the collection's writer lock", e))?
+                    .get(0);
+                if held {
+                    return Ok(client);
+                }
+                if started.elapsed() > WRITER_WAIT {
+                    return Err(StoreError::Io(format!(
+                        "collection '{collection}' has been written by another process sharing this database for more than {} s; try again when its ingestion is done",
+                        WRITER_WAIT.as_secs()
+                    )));
+                }
+                if !announced {
+                    tracing::info!(
+                        collection = %collection,
+                        "another process is writing this collection; waiting for its ingestion to finish"
+                    );
+                    announced = true;
+                }
+                tokio::time::sleep(WRITER_POLL).await;
+            }
+        })?;
+        Ok(WriterLock::holding(client))
+    }
+
     fn begin_rebuild(
         &self,
         collection: &str,
@@ -977,3 +1021,8 @@ impl DocumentStore for PostgresStore {
         })
     }
 }
+
+/// The longest [`DocumentStore::writer_lock`] waits for another process's ingestion.
+const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+/// How often it asks again.
+const WRITER_POLL: std::time::Duration = std::time::Duration::from_millis(200);

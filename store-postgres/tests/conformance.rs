@@ -416,3 +416,42 @@ fn concurrent_recoveries_end_every_abandoned_run_exactly_once() {
         assert!(events[0].is_terminal(), "{id}: {events:?}");
     }
 }
+
+/// Two processes' stores on one schema: a second writer of a collection waits until the first
+/// drops its lock; another collection is not held up.
+#[test]
+fn a_collections_writer_lock_serialises_writers_across_stores() {
+    let Some(url) = server("a_collections_writer_lock_serialises_writers_across_stores") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "writer_lock");
+    let settings = schemas.settings();
+    let first = PostgresStore::open(&settings).expect("open");
+    let second = Arc::new(PostgresStore::open(&settings).expect("open"));
+    let held = first.writer_lock("kb").expect("lock");
+    // Another collection is free.
+    drop(second.writer_lock("other").expect("another collection"));
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let second = second.clone();
+        std::thread::spawn(move || {
+            let lock = second
+                .writer_lock("kb")
+                .expect("lock after the first writer");
+            tx.send(()).expect("send");
+            drop(lock);
+        })
+    };
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(800))
+            .is_err(),
+        "the second writer got the collection while the first held it"
+    );
+    drop(held);
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the second writer gets the collection once the first is done");
+    waiter.join().expect("join");
+    // Released again: the first store can take it back at once.
+    drop(first.writer_lock("kb").expect("lock again"));
+}

@@ -264,6 +264,14 @@ impl IngestionPipeline {
     ) -> Result<IngestReport, IngestError> {
         let lock = self.collection_lock(&request.collection);
         let _guard = lock.lock().await;
+        // Then across processes sharing the store (a fleet on one database).
+        let store = self.store.clone();
+        let name = request.collection.clone();
+        let _writer = tokio::task::spawn_blocking(move || store.writer_lock(&name))
+            .await
+            .map_err(|e| {
+                StoreError::Io(format!("waiting for the collection's writer lock: {e}"))
+            })??;
         let started = Instant::now();
         let collection = request.collection.as_str();
         let mut report = IngestReport {

@@ -237,9 +237,40 @@ pub struct SearchRequest {
     pub fusion: HybridFusion,
 }
 
+/// Held while this process writes one collection (see [`DocumentStore::writer_lock`]); dropping
+/// it releases the collection to the next writer.
+pub struct WriterLock {
+    _held: Option<Box<dyn Send>>,
+}
+
+impl WriterLock {
+    /// Nothing to hold: no other process can write this store (its files are locked to one
+    /// process).
+    pub fn not_needed() -> Self {
+        Self { _held: None }
+    }
+
+    /// Holds `resource` (e.g. the connection owning a database lock) until dropped.
+    pub fn holding(resource: impl Send + 'static) -> Self {
+        Self {
+            _held: Some(Box::new(resource)),
+        }
+    }
+}
+
 /// The store port. Calls are blocking (sled and tantivy are synchronous): call them from
 /// `spawn_blocking` in async code when they may take long (replace, rebuild).
 pub trait DocumentStore: Send + Sync {
+    /// Waits until no other process writes `collection`, then holds it until the guard is
+    /// dropped: ingestion (bootstrap, re-ingest, reindex) of a collection is serialised across
+    /// the processes sharing this store, so a second daemon waits for the first one's ingestion
+    /// and then finds its sources unchanged. Stores one process owns need nothing here (the
+    /// ingestion pipeline already serialises its own writers): the default holds nothing.
+    fn writer_lock(&self, collection: &str) -> Result<WriterLock, StoreError> {
+        let _ = collection;
+        Ok(WriterLock::not_needed())
+    }
+
     /// All collections, sorted by name.
     fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError>;
 
