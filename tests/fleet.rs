@@ -1,7 +1,8 @@
 //! A fleet on PostgreSQL: three real daemons share one schema, 60 kickoffs are spread over
 //! them and one is SIGKILLed halfway. Every run ends `finished` or failed as interrupted (the
 //! dead daemon's leases run out and a survivor ends its runs), none is lost, none ran twice, and
-//! `WatchRun` on one daemon streams a run executed by another.
+//! `WatchRun` on one daemon streams a run executed by another; and once one daemon's crew file
+//! differs from the others', kickoffs of that crew are refused on every daemon until it agrees.
 //!
 //! Runs take a while (the scripted LLM answers each request after 400 ms), so the kill lands
 //! while some are in flight. Needs `ORKEON_TEST_PG_URL` (`scripts/test-postgres start`); skips
@@ -23,6 +24,10 @@ const KICKOFFS: usize = 60;
 const LEASE_SECS: &str = "2";
 
 fn crew(base_url: &str) -> String {
+    crew_with_goal(base_url, "Answer briefly")
+}
+
+fn crew_with_goal(base_url: &str, goal: &str) -> String {
     format!(
         r#"name: relay
 llm:
@@ -31,7 +36,7 @@ llm:
 agents:
   clerk:
     role: Clerk
-    goal: Answer briefly
+    goal: {goal}
 tasks:
   - name: answer
     agent: clerk
@@ -189,7 +194,7 @@ async fn three_daemons_share_runs_and_a_killed_ones_runs_end_interrupted_never_l
         "the kill landed after every run of daemon c had finished; nothing was tested"
     );
 
-    // Each run's events, streamed by daemon a: dense, one start, at most one task start
+    // Each run's events, streamed by daemon a: dense, at most one start and one task start
     // (executed once), and exactly one terminal event, last.
     for run_id in owner.keys() {
         let events = events(&mut watcher, run_id).await;
@@ -197,7 +202,8 @@ async fn three_daemons_share_runs_and_a_killed_ones_runs_end_interrupted_never_l
         let expected: Vec<u64> = (1..=events.len() as u64).collect();
         assert_eq!(seqs, expected, "run {run_id}");
         let count = |kind: &str| events.iter().filter(|e| e.r#type == kind).count();
-        assert_eq!(count("run_started"), 1, "run {run_id}: {events:?}");
+        // A run killed while queued never started: its only event is the terminal one.
+        assert!(count("run_started") <= 1, "run {run_id} started twice: {events:?}");
         assert!(
             count("task_started") <= 1,
             "run {run_id} ran twice: {events:?}"
@@ -208,6 +214,7 @@ async fn three_daemons_share_runs_and_a_killed_ones_runs_end_interrupted_never_l
             Some("run_finished")
         );
         if states[run_id].state == "finished" {
+            assert_eq!(count("run_started"), 1, "run {run_id}: {events:?}");
             assert_eq!(count("task_completed"), 1, "run {run_id}: {events:?}");
         }
     }
@@ -230,6 +237,78 @@ async fn three_daemons_share_runs_and_a_killed_ones_runs_end_interrupted_never_l
         "{live:?}"
     );
     assert_eq!(get(&mut watcher, &run_id).await.state, "finished");
+
+    // Daemon b's crew file changes (a hot reload): the fleet now disagrees on `relay`, and a
+    // kickoff on either daemon is refused, naming the crew and both definitions.
+    let crews_b = work.path().join("b/crews");
+    fs::write(
+        crews_b.join("relay.yaml"),
+        crew_with_goal(&llm.base_url(), "Answer at length"),
+    )
+    .expect("rewrite");
+    let refused = {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let outcome = clients[0]
+                .kickoff(pb::KickoffRequest {
+                    crew: "relay".into(),
+                    inputs: [("question".to_string(), "diverged".to_string())].into(),
+                    idempotency_key: String::new(),
+                })
+                .await;
+            match outcome {
+                Err(status) => break status,
+                Ok(_) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "a kickoff still ran after b's crew file changed; log of b:\n{}",
+                        daemons[1].log()
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    };
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    let message = refused.message();
+    assert!(
+        message.contains("crew 'relay' differs between the daemons") && message.contains("sha256"),
+        "{message}"
+    );
+    let on_b = clients[1]
+        .kickoff(pb::KickoffRequest {
+            crew: "relay".into(),
+            inputs: [("question".to_string(), "diverged".to_string())].into(),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect_err("b disagrees with a too");
+    assert_eq!(on_b.code(), tonic::Code::FailedPrecondition, "{on_b:?}");
+    // The same file again everywhere: kickoffs run again.
+    fs::write(crews_b.join("relay.yaml"), crew(&llm.base_url())).expect("restore");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let outcome = clients[0]
+            .kickoff(pb::KickoffRequest {
+                crew: "relay".into(),
+                inputs: [("question".to_string(), "agreed".to_string())].into(),
+                idempotency_key: String::new(),
+            })
+            .await;
+        if outcome.is_ok() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kickoffs stayed refused after b's file was restored: {outcome:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     let log_a = daemons[0].log();
     let log_b = daemons[1].log();
     assert!(

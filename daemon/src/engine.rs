@@ -44,6 +44,16 @@ pub enum EngineError {
     Store(#[from] RunStoreError),
     #[error("{0}")]
     Setup(String),
+    #[error(
+        "crew '{crew}' differs between the daemons sharing this database: this one serves {file} (sha256 {mine}), {}; deploy the same crew file to every daemon, then kick off again",
+        theirs.iter().map(|(daemon, hash)| format!("{daemon} serves sha256 {hash}")).collect::<Vec<_>>().join(", ")
+    )]
+    DefinitionConflict {
+        crew: String,
+        file: String,
+        mine: String,
+        theirs: Vec<(String, String)>,
+    },
 }
 
 /// Runs crews.
@@ -163,7 +173,26 @@ impl CrewEngine {
             name: crew.to_string(),
             error: entry.error.clone().unwrap_or_default(),
         })?;
+        let theirs = self.runs.serve_definition(crew, &entry.hash)?;
+        if !theirs.is_empty() {
+            return Err(EngineError::DefinitionConflict {
+                crew: crew.to_string(),
+                file: entry.file.display().to_string(),
+                mine: entry.hash.clone(),
+                theirs,
+            });
+        }
         self.start(spec, inputs, idempotency_key)
+    }
+
+    /// Records, for a fleet sharing the run store, that this daemon serves `crew`'s loaded
+    /// definition (so a peer's kickoff sees a difference before this daemon kicks it off).
+    pub fn publish_definition(&self, crew: &str) {
+        if let Some(entry) = self.registry.get(crew)
+            && let Err(error) = self.runs.serve_definition(crew, &entry.hash)
+        {
+            tracing::warn!(crew, %error, "cannot record the crew's definition for the fleet");
+        }
     }
 
     /// Starts a run of the given spec (used by `orkeon crew run` and by kickoff).

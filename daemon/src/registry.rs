@@ -26,6 +26,18 @@ pub struct CrewEntry {
     /// The current file's error, if it is invalid now.
     pub error: Option<String>,
     pub updated_at: String,
+    /// SHA-256 (hex) of the file's bytes when its last valid version was loaded: what a fleet
+    /// compares to refuse a crew whose definition differs between daemons.
+    pub hash: String,
+}
+
+/// SHA-256 (hex) of `file`'s bytes; empty when it cannot be read (the definition check then
+/// compares nothing useful, and the next reload records the hash).
+fn file_hash(file: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    std::fs::read(file)
+        .map(|bytes| hex::encode(Sha256::digest(&bytes)))
+        .unwrap_or_default()
 }
 
 impl CrewEntry {
@@ -94,6 +106,7 @@ impl CrewRegistry {
                         spec: Some(Arc::new(spec)),
                         error: None,
                         updated_at: now,
+                        hash: file_hash(file),
                     },
                 );
                 if existed {
@@ -119,6 +132,7 @@ impl CrewRegistry {
                         spec: None,
                         error: None,
                         updated_at: now.clone(),
+                        hash: String::new(),
                     });
                 if entry.error.as_deref() == Some(message.as_str()) {
                     return Change::Unchanged;

@@ -34,6 +34,15 @@ impl Runs {
         self.store.recover_interrupted()
     }
 
+    /// See [`RunStore::serve_definition`].
+    pub fn serve_definition(
+        &self,
+        crew: &str,
+        hash: &str,
+    ) -> Result<Vec<(String, String)>, RunStoreError> {
+        self.store.serve_definition(crew, hash)
+    }
+
     /// Creates a run, or returns the existing one with the same idempotency key (`false`).
     pub fn create(&self, run: RunRecord) -> Result<(RunRecord, bool), RunStoreError> {
         self.store.create(run)

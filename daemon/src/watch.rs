@@ -127,6 +127,7 @@ fn load(
     match engine.registry.apply(path, parsed) {
         Change::Added(name) | Change::Updated(name) => {
             tracing::info!(crew = %name, file = %path.display(), "crew loaded");
+            engine.publish_definition(&name);
             if let Some(spec) = spec {
                 sources.register_crew(&spec.name, engine.registry.collection_requests(&spec));
                 if spec.kickoff.on_load {

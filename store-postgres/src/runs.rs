@@ -15,6 +15,9 @@
 //!   `recover_interrupted` (at startup) ends those, the runs without an owner, and its own.
 //!   Never a live peer's: its leases are fresh. The claim is `FOR UPDATE SKIP LOCKED`, so
 //!   daemons recovering at once each end a different run, and every run ends exactly once.
+//! - `serve_definition` records which crew file (content hash) this daemon serves and names
+//!   the live daemons serving another; the lease tick renews this daemon's rows and forgets
+//!   those not renewed for three leases.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -292,6 +295,37 @@ impl RunStore for PostgresRunStore {
         })
     }
 
+    fn serve_definition(
+        &self,
+        crew: &str,
+        hash: &str,
+    ) -> Result<Vec<(String, String)>, RunStoreError> {
+        let (crew, hash) = (crew.to_string(), hash.to_string());
+        self.call(|shared| async move {
+            let client = connection(&shared.pool).await.map_err(io)?;
+            client
+                .execute(
+                    "INSERT INTO crew_definitions (crew, owner, hash, seen_at)
+                     VALUES ($1, $2, $3, now())
+                     ON CONFLICT (crew, owner) DO UPDATE SET hash = $3, seen_at = now()",
+                    &[&crew, &shared.owner, &hash],
+                )
+                .await
+                .map_err(|e| io(db_error("recording a crew definition", e)))?;
+            let rows = client
+                .query(
+                    "SELECT owner, hash FROM crew_definitions
+                     WHERE crew = $1 AND owner <> $2 AND hash <> $3
+                       AND seen_at > now() - make_interval(secs => $4)
+                     ORDER BY owner",
+                    &[&crew, &shared.owner, &hash, &definition_ttl(shared.lease)],
+                )
+                .await
+                .map_err(|e| io(db_error("reading the fleet's crew definitions", e)))?;
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     fn recover_interrupted(&self) -> Result<usize, RunStoreError> {
         let mut recovered = 0;
         loop {
@@ -305,6 +339,12 @@ impl RunStore for PostgresRunStore {
             recovered += batch;
         }
     }
+}
+
+/// How long a daemon's crew definitions count without a renewal, in seconds: three leases
+/// (renewed every third of one), so only stopped daemons' definitions lapse.
+fn definition_ttl(lease: Duration) -> f64 {
+    lease.as_secs_f64() * 3.0
 }
 
 /// The most runs one recovery transaction ends.
@@ -389,6 +429,20 @@ pub(crate) async fn keep_leases(pool: deadpool_postgres::Pool, owner: String, le
                 )
                 .await
                 .map_err(|e| io(db_error("renewing run leases", e)))?;
+            client
+                .execute(
+                    "UPDATE crew_definitions SET seen_at = now() WHERE owner = $1",
+                    &[&owner],
+                )
+                .await
+                .map_err(|e| io(db_error("renewing crew definitions", e)))?;
+            client
+                .execute(
+                    "DELETE FROM crew_definitions WHERE seen_at < now() - make_interval(secs => $1)",
+                    &[&definition_ttl(lease)],
+                )
+                .await
+                .map_err(|e| io(db_error("forgetting stopped daemons' crew definitions", e)))?;
             end_abandoned(&mut client, &owner, false).await
         }
         .await;

@@ -21,6 +21,8 @@
 //! - `runs`, `run_events`, `run_keys`: run records (jsonb, with their state and last sequence
 //!   number as columns), their events by (run, seq), and idempotency keys by (crew, key). `runs`
 //!   also has `owner` and `lease_expires_at`: the lease of the daemon running it (see `runs`).
+//! - `crew_definitions` (version 2): the content hash of each crew file each live daemon
+//!   serves, by (crew, owner), renewed with the leases.
 //!
 //! Identifiers and ids compare bytewise (`COLLATE "C"`), as the embedded store orders them.
 
@@ -28,11 +30,26 @@ use orkeon_knowledge::store::StoreError;
 use tokio_postgres::Client;
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The migrations, in order: (version, description, SQL run with the schema first on the
 /// search path).
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "documents, quarantine and runs", V1)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "documents, quarantine and runs", V1),
+    (2, "crew definitions served by each daemon", V2),
+];
+
+/// Version 2: which definition (content hash of the crew file) each live daemon serves, so a
+/// kickoff of a crew whose file differs between daemons is refused.
+pub const V2: &str = r#"
+CREATE TABLE crew_definitions (
+    crew text COLLATE "C" NOT NULL,
+    owner text NOT NULL,
+    hash text NOT NULL,
+    seen_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (crew, owner)
+);
+"#;
 
 /// Version 1.
 pub const V1: &str = r#"

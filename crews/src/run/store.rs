@@ -172,6 +172,20 @@ pub trait RunStore: Send + Sync {
     /// Events with `seq > after`, in order.
     fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<StoredEvent>, RunStoreError>;
 
+    /// For a fleet sharing this store: records that this process serves `crew` with the
+    /// definition `hash` (the crew file's content hash), and returns the other live processes
+    /// serving a different one, as (process, hash), so a kickoff can refuse to run a crew the
+    /// fleet disagrees on. A store one process owns has no other process: the default records
+    /// nothing and returns none.
+    fn serve_definition(
+        &self,
+        crew: &str,
+        hash: &str,
+    ) -> Result<Vec<(String, String)>, RunStoreError> {
+        let _ = (crew, hash);
+        Ok(Vec::new())
+    }
+
     /// Ends every run left `running` by a previous process: a terminal `run_finished` event
     /// (failed) and a failed record. Returns how many.
     fn recover_interrupted(&self) -> Result<usize, RunStoreError> {

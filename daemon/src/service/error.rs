@@ -203,7 +203,9 @@ impl From<EngineError> for ServiceError {
                 known,
                 hint: String::new(),
             },
-            EngineError::InvalidCrew { .. } => ServiceError::FailedPrecondition(message),
+            EngineError::InvalidCrew { .. } | EngineError::DefinitionConflict { .. } => {
+                ServiceError::FailedPrecondition(message)
+            }
             EngineError::MissingInput(_) => Self::invalid("inputs", message),
             EngineError::ShuttingDown => ServiceError::Unavailable(message),
             EngineError::Overloaded { .. } => ServiceError::ResourceExhausted(message),
