@@ -100,60 +100,195 @@ impl Rng {
 /// Topic families of the generated abstracts: (subjects, contexts).
 const TOPICS: &[(&[&str], &[&str])] = &[
     (
-        &["protein folding", "enzyme kinetics", "membrane transport", "gene expression", "ribosome assembly", "cell signalling"],
-        &["yeast cultures", "human fibroblasts", "bacterial biofilms", "plant roots"],
+        &[
+            "protein folding",
+            "enzyme kinetics",
+            "membrane transport",
+            "gene expression",
+            "ribosome assembly",
+            "cell signalling",
+        ],
+        &[
+            "yeast cultures",
+            "human fibroblasts",
+            "bacterial biofilms",
+            "plant roots",
+        ],
     ),
     (
-        &["glacier retreat", "ocean acidification", "soil carbon", "monsoon rainfall", "permafrost thaw", "coastal erosion"],
-        &["the Arctic shelf", "tropical catchments", "alpine valleys", "semi-arid grasslands"],
+        &[
+            "glacier retreat",
+            "ocean acidification",
+            "soil carbon",
+            "monsoon rainfall",
+            "permafrost thaw",
+            "coastal erosion",
+        ],
+        &[
+            "the Arctic shelf",
+            "tropical catchments",
+            "alpine valleys",
+            "semi-arid grasslands",
+        ],
     ),
     (
-        &["graph neural networks", "sparse attention", "federated learning", "reinforcement learning", "contrastive pretraining", "model compression"],
-        &["edge devices", "large image corpora", "clinical records", "speech benchmarks"],
+        &[
+            "graph neural networks",
+            "sparse attention",
+            "federated learning",
+            "reinforcement learning",
+            "contrastive pretraining",
+            "model compression",
+        ],
+        &[
+            "edge devices",
+            "large image corpora",
+            "clinical records",
+            "speech benchmarks",
+        ],
     ),
     (
-        &["perovskite solar cells", "lithium anodes", "solid electrolytes", "thermoelectric alloys", "catalyst surfaces", "graphene membranes"],
-        &["ambient humidity", "high current density", "repeated thermal cycling", "acidic media"],
+        &[
+            "perovskite solar cells",
+            "lithium anodes",
+            "solid electrolytes",
+            "thermoelectric alloys",
+            "catalyst surfaces",
+            "graphene membranes",
+        ],
+        &[
+            "ambient humidity",
+            "high current density",
+            "repeated thermal cycling",
+            "acidic media",
+        ],
     ),
     (
-        &["exoplanet atmospheres", "galaxy mergers", "stellar flares", "dark matter halos", "pulsar timing", "cosmic dust"],
-        &["infrared surveys", "radio observations", "numerical simulations", "spectroscopic archives"],
+        &[
+            "exoplanet atmospheres",
+            "galaxy mergers",
+            "stellar flares",
+            "dark matter halos",
+            "pulsar timing",
+            "cosmic dust",
+        ],
+        &[
+            "infrared surveys",
+            "radio observations",
+            "numerical simulations",
+            "spectroscopic archives",
+        ],
     ),
     (
-        &["sleep deprivation", "working memory", "language acquisition", "decision fatigue", "motor learning", "attention control"],
-        &["older adults", "school children", "shift workers", "bilingual speakers"],
+        &[
+            "sleep deprivation",
+            "working memory",
+            "language acquisition",
+            "decision fatigue",
+            "motor learning",
+            "attention control",
+        ],
+        &[
+            "older adults",
+            "school children",
+            "shift workers",
+            "bilingual speakers",
+        ],
     ),
     (
-        &["antibiotic resistance", "vaccine uptake", "influenza transmission", "malaria control", "air pollution exposure", "hospital readmission"],
-        &["rural clinics", "urban neighbourhoods", "intensive care units", "national registries"],
+        &[
+            "antibiotic resistance",
+            "vaccine uptake",
+            "influenza transmission",
+            "malaria control",
+            "air pollution exposure",
+            "hospital readmission",
+        ],
+        &[
+            "rural clinics",
+            "urban neighbourhoods",
+            "intensive care units",
+            "national registries",
+        ],
     ),
     (
-        &["bridge fatigue", "concrete curing", "wind turbine loads", "pipeline corrosion", "traffic flow", "seismic retrofitting"],
-        &["coastal cities", "mountain highways", "offshore platforms", "dense rail networks"],
+        &[
+            "bridge fatigue",
+            "concrete curing",
+            "wind turbine loads",
+            "pipeline corrosion",
+            "traffic flow",
+            "seismic retrofitting",
+        ],
+        &[
+            "coastal cities",
+            "mountain highways",
+            "offshore platforms",
+            "dense rail networks",
+        ],
     ),
 ];
 const METHODS: &[&str] = &[
-    "a randomised controlled design", "high-resolution imaging", "a mixed-effects model",
-    "Bayesian inference", "a longitudinal survey", "finite element analysis",
-    "mass spectrometry", "a multi-site field campaign", "Monte Carlo simulation",
-    "a systematic review of prior studies", "time-resolved spectroscopy", "an ablation study",
+    "a randomised controlled design",
+    "high-resolution imaging",
+    "a mixed-effects model",
+    "Bayesian inference",
+    "a longitudinal survey",
+    "finite element analysis",
+    "mass spectrometry",
+    "a multi-site field campaign",
+    "Monte Carlo simulation",
+    "a systematic review of prior studies",
+    "time-resolved spectroscopy",
+    "an ablation study",
 ];
 const MEASURES: &[&str] = &[
-    "the response rate", "the energy efficiency", "the error variance", "the growth rate",
-    "the mean lifetime", "the detection threshold", "the overall stability", "the recovery time",
-    "the spatial resolution", "the relative risk", "the conversion yield", "the signal strength",
+    "the response rate",
+    "the energy efficiency",
+    "the error variance",
+    "the growth rate",
+    "the mean lifetime",
+    "the detection threshold",
+    "the overall stability",
+    "the recovery time",
+    "the spatial resolution",
+    "the relative risk",
+    "the conversion yield",
+    "the signal strength",
 ];
 const ADJECTIVES: &[&str] = &[
-    "robust", "unexpected", "nonlinear", "persistent", "modest", "substantial", "seasonal",
-    "scalable", "heterogeneous", "reproducible", "transient", "systematic",
+    "robust",
+    "unexpected",
+    "nonlinear",
+    "persistent",
+    "modest",
+    "substantial",
+    "seasonal",
+    "scalable",
+    "heterogeneous",
+    "reproducible",
+    "transient",
+    "systematic",
 ];
 const VERBS: &[&str] = &[
-    "increases", "reduces", "stabilises", "modulates", "predicts", "limits", "accelerates",
+    "increases",
+    "reduces",
+    "stabilises",
+    "modulates",
+    "predicts",
+    "limits",
+    "accelerates",
     "suppresses",
 ];
 const LINKS: &[&str] = &[
-    "Moreover", "However", "In contrast", "Notably", "Taken together", "Importantly",
-    "Furthermore", "As expected",
+    "Moreover",
+    "However",
+    "In contrast",
+    "Notably",
+    "Taken together",
+    "Importantly",
+    "Furthermore",
+    "As expected",
 ];
 
 /// One abstract of about `target_words` words on `topic`.
@@ -181,13 +316,21 @@ fn abstract_text(topic: usize, target_words: usize, rng: &mut Rng) -> String {
         let sentence = match rng.below(10) {
             0 => format!("We investigate how {s} shapes {q} in {c}."),
             1 => format!("Using {m}, we measured {q} across {n} samples drawn from {c}."),
-            2 => format!("The results show that {s} {v} {q} by {pct} percent compared with the baseline."),
+            2 => format!(
+                "The results show that {s} {v} {q} by {pct} percent compared with the baseline."
+            ),
             3 => format!("{l}, the effect of {s} on {s2} was {a} and depended on the season."),
-            4 => format!("These findings suggest that {a} changes in {s} may explain earlier reports on {s2}."),
-            5 => format!("A second experiment with {m} confirmed that {q} remains {a} under stress."),
+            4 => format!(
+                "These findings suggest that {a} changes in {s} may explain earlier reports on {s2}."
+            ),
+            5 => {
+                format!("A second experiment with {m} confirmed that {q} remains {a} under stress.")
+            }
             6 => format!("{l}, {s} was associated with {q} in {pct} of the {n} cases we examined."),
             7 => format!("We propose a {a} framework that links {s} to {s2} through {q}."),
-            8 => format!("Limitations include the small number of sites in {c} and the short follow-up."),
+            8 => format!(
+                "Limitations include the small number of sites in {c} and the short follow-up."
+            ),
             _ => format!("Future work should test whether {s} also {v} {q} in other settings."),
         };
         text.push_str(&sentence);
@@ -297,7 +440,15 @@ fn run_sampled(mut cmd: Command) -> BenchResult<(f64, String, f64)> {
 /// A cold `orkeon rag ingest` of every `.txt` under `cwd/corpus`.
 fn ingest(cwd: &Path, data_dir: &Path) -> BenchResult<(f64, Value, f64)> {
     let mut cmd = orkeon(cwd, data_dir);
-    cmd.args(["--json", "rag", "ingest", "--collection", COLLECTION, "--source", "corpus/*.txt"]);
+    cmd.args([
+        "--json",
+        "rag",
+        "ingest",
+        "--collection",
+        COLLECTION,
+        "--source",
+        "corpus/*.txt",
+    ]);
     let (wall, stdout, peak) = run_sampled(cmd)?;
     let report: Value = serde_json::from_str(&stdout)
         .map_err(|e| format!("rag ingest printed no JSON ({e}): {stdout}"))?;
@@ -444,7 +595,10 @@ async fn retrieve_series(url: &str, collection: &str, queries: &[String]) -> Ben
                 let detail: Value = serde_json::from_str(&step.detail_json).unwrap_or_default();
                 for key in ["embed_ms", "search_ms"] {
                     if let Some(ms) = detail.get(key).and_then(Value::as_f64) {
-                        stages.entry(format!("retrieve.{key}")).or_default().push(ms);
+                        stages
+                            .entry(format!("retrieve.{key}"))
+                            .or_default()
+                            .push(ms);
                     }
                 }
             }
@@ -479,7 +633,10 @@ fn populate_scale(data_dir: &Path) -> BenchResult<Value> {
         };
         let store = EmbeddedStore::open(data_dir, no_hnsw)?;
         let manifest = store.manifest(COLLECTION)?;
-        let profile = manifest.profile.clone().ok_or("the ingested collection has no profile")?;
+        let profile = manifest
+            .profile
+            .clone()
+            .ok_or("the ingested collection has no profile")?;
         let mut base: Vec<StoredChunk> = Vec::new();
         for record in &manifest.sources {
             base.extend(store.chunks_of_source(COLLECTION, &record.source_id)?);
@@ -491,7 +648,10 @@ fn populate_scale(data_dir: &Path) -> BenchResult<Value> {
         let dims = profile.dimensions;
         let sigma = 0.35 / (dims as f32).sqrt();
         let mut rng = Rng(0x5CA1_E000);
-        for (source_index, first) in (0..SCALE_CHUNKS).step_by(SCALE_CHUNKS_PER_SOURCE).enumerate() {
+        for (source_index, first) in (0..SCALE_CHUNKS)
+            .step_by(SCALE_CHUNKS_PER_SOURCE)
+            .enumerate()
+        {
             let source_id = format!("scale/source-{source_index:04}.txt");
             let count = SCALE_CHUNKS_PER_SOURCE.min(SCALE_CHUNKS - first);
             let mut chunks = Vec::with_capacity(count);
