@@ -203,7 +203,10 @@ async fn three_daemons_share_runs_and_a_killed_ones_runs_end_interrupted_never_l
         assert_eq!(seqs, expected, "run {run_id}");
         let count = |kind: &str| events.iter().filter(|e| e.r#type == kind).count();
         // A run killed while queued never started: its only event is the terminal one.
-        assert!(count("run_started") <= 1, "run {run_id} started twice: {events:?}");
+        assert!(
+            count("run_started") <= 1,
+            "run {run_id} started twice: {events:?}"
+        );
         assert!(
             count("task_started") <= 1,
             "run {run_id} ran twice: {events:?}"
