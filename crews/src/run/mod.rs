@@ -33,6 +33,8 @@ pub use graph_process::GraphRunState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
+    /// Waiting in a fleet's shared queue for a daemon to claim it (PostgreSQL provider).
+    Queued,
     Running,
     Finished,
     /// Finished, but without everything it should have had (an empty or failed collection,
@@ -43,13 +45,14 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    /// Every state but `Running` is final.
+    /// Every state but `Queued` and `Running` is final.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, RunStatus::Running)
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Finished => "finished",
             RunStatus::Degraded => "degraded",
@@ -109,6 +112,13 @@ pub enum RunEvent {
         to: String,
     },
     BudgetExhausted {
+        reason: String,
+    },
+    /// The daemon executing the run stopped renewing its lease and the crew allows a retry
+    /// (`retry:`): the run went back to the fleet's queue for attempt `attempt`; the events
+    /// before this one belong to the abandoned attempt.
+    RunRetried {
+        attempt: u32,
         reason: String,
     },
     RunFinished {

@@ -37,6 +37,23 @@ pub struct RunRecord {
     /// One entry per completed task, in completion order (kept by [`RunRecord::next_event`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskSummary>,
+    /// Fleet runs: the sha256 of the crew file the run was kicked off with; only a daemon
+    /// serving that same definition claims it from the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
+    /// Fleet runs: the process executing (or that last executed) the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Fleet runs: how many times a daemon claimed the run (1 on its first execution).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// Fleet runs: the crew's `retry:`, how many more attempts a run whose daemon died may get.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// What one completed task came to: the facts of its `task_completed` event an operator scans
@@ -96,6 +113,30 @@ impl RunRecord {
         }
     }
 
+    /// The run's fate when its executing daemon died: queued again for the next attempt while
+    /// the crew's `retry:` allows one (`RunRetried`, the record back to `queued`), else ended
+    /// as interrupted (`RunFinished` failed). Every store's recovery goes through this.
+    pub fn abandon(&mut self) -> StoredEvent {
+        if self.attempts <= self.retry && self.attempts > 0 {
+            let attempt = self.attempts + 1;
+            let stored = self.next_event(RunEvent::RunRetried {
+                attempt,
+                reason: INTERRUPTED_REASON.into(),
+            });
+            self.state = RunStatus::Queued;
+            self.worker = None;
+            // The record summarises the attempt under way; the events keep the abandoned one.
+            self.tasks.clear();
+            stored
+        } else {
+            self.next_event(RunEvent::RunFinished {
+                status: RunStatus::Failed,
+                reason: Some(INTERRUPTED_REASON.into()),
+                final_output: None,
+            })
+        }
+    }
+
     /// Records the run's end, stamped now. Every store's `finish` ends runs through this.
     pub fn end(&mut self, state: RunStatus, reason: Option<String>, final_output: Option<String>) {
         self.state = state;
@@ -143,6 +184,21 @@ pub fn now() -> String {
         .unwrap_or_default()
 }
 
+/// What a store shared by several processes announces (PostgreSQL: `LISTEN/NOTIFY`), so that
+/// watchers and workers wake at once instead of polling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunNotice {
+    /// A run got event `seq` (from any process).
+    Event { run_id: String, seq: u64 },
+    /// A run entered the shared queue.
+    Queued { run_id: String },
+    /// Notices may have been missed (the listening connection was re-established): look again.
+    Resync,
+}
+
+/// The definitions a worker serves, as (crew name, content hash): it claims only runs of these.
+pub type Served = [(String, String)];
+
 /// The run store port. Calls are short and synchronous.
 pub trait RunStore: Send + Sync {
     /// Creates a run (and its idempotency key, atomically), or returns the existing run with
@@ -184,6 +240,38 @@ pub trait RunStore: Send + Sync {
     ) -> Result<Vec<(String, String)>, RunStoreError> {
         let _ = (crew, hash);
         Ok(Vec::new())
+    }
+
+    /// True when several processes share this store as a fleet: kickoffs then enqueue runs
+    /// (`queued`) and every process's workers [`RunStore::claim`] them. A store one process owns
+    /// runs each kickoff where it was made.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Claims the oldest queued run of a crew in `served` (same name and definition hash) for
+    /// this process: the record becomes `running` with this process as its `worker`, its
+    /// attempts counted and a fresh lease; no other process can claim it. `None`: nothing to do.
+    fn claim(&self, served: &Served) -> Result<Option<RunRecord>, RunStoreError> {
+        let _ = served;
+        Ok(None)
+    }
+
+    /// How many runs wait in the shared queue (0 for a store one process owns).
+    fn queued(&self) -> Result<usize, RunStoreError> {
+        Ok(0)
+    }
+
+    /// Cancels a run still waiting in the shared queue (a terminal `run_finished` event,
+    /// cancelled); false when it is not queued (claimed meanwhile, or already over).
+    fn cancel_queued(&self, run_id: &str, reason: &str) -> Result<bool, RunStoreError> {
+        let _ = (run_id, reason);
+        Ok(false)
+    }
+
+    /// Notices from the other processes sharing this store, when it has them.
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<RunNotice>> {
+        None
     }
 
     /// Ends every run left `running` by a previous process: a terminal `run_finished` event
@@ -340,6 +428,10 @@ pub mod conformance {
             idempotency_key: key.map(str::to_string),
             last_seq: 0,
             tasks: Vec::new(),
+            definition: None,
+            worker: None,
+            attempts: 0,
+            retry: 0,
         }
     }
 
