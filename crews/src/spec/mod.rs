@@ -48,6 +48,8 @@
 //!                          # or a `citations: required` task cited nothing
 //! citations: required      # optional: required | optional; default: required for tasks whose
 //!                          # agent has `knowledge:`, optional for the others
+//! retry: 1                 # optional, 0-3 (default 0): on a fleet, a run whose daemon died
+//!                          # mid-run is queued again this many times instead of ending interrupted
 //! ```
 //!
 //! Rules checked at parse time (each failure is a [`SpecError`] with the file, line and
@@ -183,7 +185,13 @@ pub struct CrewSpec {
     pub citations: Option<CitationPolicy>,
     /// The crew's retrieval profile; `None`: the host's default.
     pub profile: Option<String>,
+    /// How many times a run may be retried after its daemon died mid-run (fleet on
+    /// PostgreSQL: the run's lease ran out), 0 to [`MAX_RETRY`]; 0: it ends interrupted.
+    pub retry: u32,
 }
+
+/// The most retries a crew may ask for (`retry:`).
+pub const MAX_RETRY: u32 = 3;
 
 /// The manager of a hierarchical crew.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -30,6 +30,7 @@ pub(super) struct RawCrew {
     pub on_degraded: Option<DegradedPolicy>,
     pub citations: Option<CitationPolicy>,
     pub profile: Option<Spanned<String>>,
+    pub retry: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

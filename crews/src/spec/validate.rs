@@ -253,6 +253,22 @@ pub(super) fn validate(
         .map(|p| errors.check_profile(p, "profile"))
         .transpose()?;
 
+    let retry = match &raw.retry {
+        None => 0,
+        Some(retry) if retry.value > super::MAX_RETRY => {
+            return Err(errors.at_value(
+                retry,
+                format!(
+                    "`retry: {}` is more than the {} retries a run may have",
+                    retry.value,
+                    super::MAX_RETRY
+                ),
+                Some(format!("use 0 to {}", super::MAX_RETRY)),
+            ));
+        }
+        Some(retry) => retry.value,
+    };
+
     let manager = match &raw.manager {
         None => None,
         Some(manager) if process != ProcessKind::Hierarchical => {
@@ -331,6 +347,7 @@ pub(super) fn validate(
         on_degraded: raw.on_degraded.unwrap_or_default(),
         citations: raw.citations,
         profile,
+        retry,
     })
 }
 
