@@ -52,6 +52,11 @@ pub(crate) struct Shared {
     pub owner: String,
     /// How long a run stays claimed without a renewal (`postgres.lease_secs`).
     pub lease: std::time::Duration,
+    /// The session of the run-notice listener (`LISTEN` needs its own connection).
+    pub listen_config: tokio_postgres::Config,
+    /// Run notices, once something asked for them (see `runs::listen`).
+    pub notices:
+        std::sync::OnceLock<tokio::sync::broadcast::Sender<orkeon_crews::run::store::RunNotice>>,
     /// Last: dropped after the pool, whose connections are tasks on it.
     bridge: Bridge,
 }
@@ -173,6 +178,8 @@ impl PostgresStore {
                 describe: target.describe.clone(),
                 owner: runs::new_owner(),
                 lease: std::time::Duration::from_secs(postgres.lease_secs.max(1)),
+                listen_config: target.with_session(&search_path, 0),
+                notices: std::sync::OnceLock::new(),
                 bridge,
             }),
         };
@@ -183,6 +190,7 @@ impl PostgresStore {
         })?;
         store.shared.spawn(runs::keep_leases(
             store.shared.pool.clone(),
+            postgres.schema.clone(),
             store.shared.owner.clone(),
             store.shared.lease,
         ));

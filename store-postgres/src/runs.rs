@@ -15,6 +15,17 @@
 //!   `recover_interrupted` (at startup) ends those, the runs without an owner, and its own.
 //!   Never a live peer's: its leases are fresh. The claim is `FOR UPDATE SKIP LOCKED`, so
 //!   daemons recovering at once each end a different run, and every run ends exactly once.
+//! - **The shared queue**: a fleet kickoff creates its run `queued`, with no owner and the
+//!   crew file's hash in `definition`; [`RunStore::claim`] takes the oldest queued run of a
+//!   crew the caller serves with the same hash (`FOR UPDATE SKIP LOCKED`: two daemons never
+//!   claim one run), makes it `running` under the claimer's lease and counts the attempt. A run
+//!   whose lease runs out is queued again while its crew's `retry:` allows
+//!   (`RunRecord::abandon`), else ended as interrupted.
+//! - **Notices**: every event and every queued run is announced with `pg_notify` on the channel
+//!   [`CHANNEL`] (payload: schema, kind, run id, sequence number) inside the transaction that
+//!   writes it, so it is delivered on commit. [`RunStore::notices`] starts, on first use, one
+//!   listening connection outside the pool that forwards them (and `Resync` after it
+//!   reconnects) to a broadcast channel: followers and queue workers wake at once.
 //! - `serve_definition` records which crew file (content hash) this daemon serves and names
 //!   the live daemons serving another; the lease tick renews this daemon's rows and forgets
 //!   those not renewed for three leases.
@@ -26,7 +37,48 @@ use orkeon_crews::run::store::{RunRecord, RunStore, RunStoreError, StoredEvent};
 use orkeon_crews::run::{RunEvent, RunStatus};
 use orkeon_knowledge::store::StoreError;
 
+use orkeon_crews::run::store::{RunNotice, Served};
+
 use crate::{Shared, connection, db_error};
+
+/// The `LISTEN/NOTIFY` channel of run notices (one per database; payloads name the schema).
+pub const CHANNEL: &str = "orkeon_runs";
+
+/// Capacity of a store's notice channel; a receiver that falls behind gets `Lagged` and looks
+/// at the store again.
+const NOTICE_CAPACITY: usize = 1024;
+
+/// Announces, on commit of the caller's transaction, a notice of `kind` (`event` or `queued`).
+async fn notify(
+    client: &impl deadpool_postgres::GenericClient,
+    schema: &str,
+    kind: &str,
+    run_id: &str,
+    seq: u64,
+) -> Result<(), RunStoreError> {
+    let payload = format!("{schema} {kind} {run_id} {seq}");
+    client
+        .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+        .await
+        .map_err(|e| io(db_error("announcing a run notice", e)))?;
+    Ok(())
+}
+
+/// The notice a payload of `schema` carries (`None`: another schema's, or not ours).
+fn parse_notice(schema: &str, payload: &str) -> Option<RunNotice> {
+    let mut parts = payload.split(' ');
+    if parts.next()? != schema {
+        return None;
+    }
+    let kind = parts.next()?;
+    let run_id = parts.next()?.to_string();
+    let seq = parts.next()?.parse().ok()?;
+    match kind {
+        "event" => Some(RunNotice::Event { run_id, seq }),
+        "queued" => Some(RunNotice::Queued { run_id }),
+        _ => None,
+    }
+}
 
 /// The run store of a [`crate::PostgresStore`].
 pub struct PostgresRunStore {
@@ -167,21 +219,30 @@ impl RunStore for PostgresRunStore {
             }
             let record = encode(&run)?;
             let state = state_name(run.state)?;
+            // A queued run belongs to nobody until a daemon claims it.
+            let queued = run.state == RunStatus::Queued;
+            let owner = (!queued).then(|| shared.owner.clone());
             transaction
                 .execute(
-                    "INSERT INTO runs (run_id, crew, state, last_seq, record, owner, lease_expires_at)
-                     VALUES ($1, $2, $3, 0, $4, $5, now() + make_interval(secs => $6))",
+                    "INSERT INTO runs (run_id, crew, state, last_seq, record, owner, lease_expires_at, definition)
+                     VALUES ($1, $2, $3, 0, $4, $5,
+                             CASE WHEN $5::text IS NULL THEN NULL ELSE now() + make_interval(secs => $6) END,
+                             $7)",
                     &[
                         &run.run_id,
                         &run.crew,
                         &state,
                         &record,
-                        &shared.owner,
+                        &owner,
                         &shared.lease.as_secs_f64(),
+                        &run.definition,
                     ],
                 )
                 .await
                 .map_err(|e| io(db_error("creating a run", e)))?;
+            if queued {
+                notify(&transaction, schema(&shared), "queued", &run.run_id, 0).await?;
+            }
             commit(transaction).await?;
             Ok((run, true))
         })
@@ -244,6 +305,7 @@ impl RunStore for PostgresRunStore {
                 .await
                 .map_err(|e| io(db_error("appending an event", e)))?;
             put(&transaction, &run).await?;
+            notify(&transaction, schema(&shared), "event", &run_id, stored.seq).await?;
             commit(transaction).await?;
             Ok(stored)
         })
@@ -326,12 +388,113 @@ impl RunStore for PostgresRunStore {
         })
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn claim(&self, served: &Served) -> Result<Option<RunRecord>, RunStoreError> {
+        let crews: Vec<String> = served.iter().map(|(crew, _)| crew.clone()).collect();
+        let hashes: Vec<String> = served.iter().map(|(_, hash)| hash.clone()).collect();
+        self.call(|shared| async move {
+            let mut client = connection(&shared.pool).await.map_err(io)?;
+            let transaction = begin(&mut client).await?;
+            let row = transaction
+                .query_opt(
+                    "SELECT run_id FROM runs
+                     WHERE state = 'queued'
+                       AND (crew, definition) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+                     ORDER BY run_id LIMIT 1
+                     FOR UPDATE SKIP LOCKED",
+                    &[&crews, &hashes],
+                )
+                .await
+                .map_err(|e| io(db_error("claiming a queued run", e)))?;
+            let Some(row) = row else {
+                commit(transaction).await?;
+                return Ok(None);
+            };
+            let run_id: String = row.get(0);
+            let mut run = read(&transaction, &run_id, false).await?;
+            run.state = RunStatus::Running;
+            run.worker = Some(shared.owner.clone());
+            run.attempts += 1;
+            put(&transaction, &run).await?;
+            transaction
+                .execute(
+                    "UPDATE runs SET owner = $2, lease_expires_at = now() + make_interval(secs => $3)
+                     WHERE run_id = $1",
+                    &[&run_id, &shared.owner, &shared.lease.as_secs_f64()],
+                )
+                .await
+                .map_err(|e| io(db_error("claiming a queued run", e)))?;
+            commit(transaction).await?;
+            Ok(Some(run))
+        })
+    }
+
+    fn queued(&self) -> Result<usize, RunStoreError> {
+        self.call(|shared| async move {
+            let client = connection(&shared.pool).await.map_err(io)?;
+            let count: i64 = client
+                .query_one("SELECT count(*) FROM runs WHERE state = 'queued'", &[])
+                .await
+                .map_err(|e| io(db_error("counting queued runs", e)))?
+                .get(0);
+            Ok(usize::try_from(count).unwrap_or(0))
+        })
+    }
+
+    fn cancel_queued(&self, run_id: &str, reason: &str) -> Result<bool, RunStoreError> {
+        let (run_id, reason) = (run_id.to_string(), reason.to_string());
+        self.call(|shared| async move {
+            let mut client = connection(&shared.pool).await.map_err(io)?;
+            let transaction = begin(&mut client).await?;
+            let queued = transaction
+                .query_opt(
+                    "SELECT run_id FROM runs WHERE run_id = $1 AND state = 'queued' FOR UPDATE",
+                    &[&run_id],
+                )
+                .await
+                .map_err(|e| io(db_error("cancelling a queued run", e)))?;
+            if queued.is_none() {
+                commit(transaction).await?;
+                return Ok(false);
+            }
+            let mut run = read(&transaction, &run_id, false).await?;
+            let stored = run.next_event(RunEvent::RunFinished {
+                status: RunStatus::Cancelled,
+                reason: Some(reason),
+                final_output: None,
+            });
+            insert_event(&transaction, &stored).await?;
+            put(&transaction, &run).await?;
+            notify(&transaction, schema(&shared), "event", &run_id, stored.seq).await?;
+            commit(transaction).await?;
+            Ok(true)
+        })
+    }
+
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<RunNotice>> {
+        let mut first = None;
+        let sender = self.shared.notices.get_or_init(|| {
+            let (sender, receiver) = tokio::sync::broadcast::channel(NOTICE_CAPACITY);
+            first = Some(receiver);
+            self.shared.spawn(listen(
+                self.shared.listen_config.clone(),
+                schema(&self.shared).to_string(),
+                sender.clone(),
+            ));
+            sender
+        });
+        Some(first.unwrap_or_else(|| sender.subscribe()))
+    }
+
     fn recover_interrupted(&self) -> Result<usize, RunStoreError> {
         let mut recovered = 0;
         loop {
             let batch = self.call(|shared| async move {
                 let mut client = connection(&shared.pool).await.map_err(io)?;
-                end_abandoned(&mut client, &shared.owner, true).await
+                end_abandoned(&mut client, schema(&shared), &shared.owner, true).await
             })?;
             if batch == 0 {
                 return Ok(recovered);
@@ -367,6 +530,7 @@ pub(crate) fn new_owner() -> String {
 /// skipped (`SKIP LOCKED`): whoever holds them ends them. Returns how many it ended.
 async fn end_abandoned(
     client: &mut deadpool_postgres::Object,
+    schema: &str,
     owner: &str,
     mine: bool,
 ) -> Result<usize, RunStoreError> {
@@ -383,39 +547,117 @@ async fn end_abandoned(
         )
         .await
         .map_err(|e| io(db_error("claiming interrupted runs", e)))?;
-    let reason = orkeon_crews::run::store::INTERRUPTED_REASON;
     for row in &rows {
         let run_id: String = row.get(0);
         let mut run = read(&transaction, &run_id, true).await?;
-        let stored = run.next_event(RunEvent::RunFinished {
-            status: RunStatus::Failed,
-            reason: Some(reason.into()),
-            final_output: None,
-        });
-        transaction
-            .execute(
-                "INSERT INTO run_events (run_id, seq, at, event) VALUES ($1, $2, $3, $4)",
-                &[
-                    &run_id,
-                    &seq(stored.seq),
-                    &stored.at,
-                    &encode(&stored.event)?,
-                ],
-            )
-            .await
-            .map_err(|e| io(db_error("appending an event", e)))?;
-        run.end(RunStatus::Failed, Some(reason.into()), None);
+        // Queued again while the crew's `retry:` allows, else ended as interrupted.
+        let stored = run.abandon();
+        insert_event(&transaction, &stored).await?;
         put(&transaction, &run).await?;
+        notify(&transaction, schema, "event", &run_id, stored.seq).await?;
+        if run.state == RunStatus::Queued {
+            transaction
+                .execute(
+                    "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = $1",
+                    &[&run_id],
+                )
+                .await
+                .map_err(|e| io(db_error("queueing a run again", e)))?;
+            notify(&transaction, schema, "queued", &run_id, stored.seq).await?;
+        }
     }
     commit(transaction).await?;
     Ok(rows.len())
+}
+
+/// Writes one stored event (inside the caller's transaction).
+async fn insert_event(
+    client: &impl deadpool_postgres::GenericClient,
+    stored: &StoredEvent,
+) -> Result<(), RunStoreError> {
+    client
+        .execute(
+            "INSERT INTO run_events (run_id, seq, at, event) VALUES ($1, $2, $3, $4)",
+            &[
+                &stored.run_id,
+                &seq(stored.seq),
+                &stored.at,
+                &encode(&stored.event)?,
+            ],
+        )
+        .await
+        .map_err(|e| io(db_error("appending an event", e)))?;
+    Ok(())
+}
+
+/// The schema a store's tables live in (notice payloads name it).
+fn schema(shared: &Shared) -> &str {
+    &shared.settings.postgres.schema
+}
+
+/// The listening connection behind [`RunStore::notices`]: `LISTEN` on [`CHANNEL`], forward this
+/// schema's notices to `notices`; on any failure reconnect with backoff and send `Resync` once
+/// listening again (what was announced meanwhile was missed). Runs for the store's lifetime (a
+/// task on its bridge runtime); notices nobody is subscribed to are dropped.
+async fn listen(
+    config: tokio_postgres::Config,
+    schema: String,
+    notices: tokio::sync::broadcast::Sender<RunNotice>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match config.connect(tokio_postgres::NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                // The connection delivers notifications only while it is polled.
+                let driver = tokio::spawn(async move {
+                    while let Some(message) =
+                        std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                    {
+                        match message {
+                            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                                if tx.send(n.payload().to_string()).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(_) => return,
+                        }
+                    }
+                });
+                match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(100);
+                        let _ = notices.send(RunNotice::Resync);
+                        while let Some(payload) = rx.recv().await {
+                            if let Some(notice) = parse_notice(&schema, &payload) {
+                                // No subscriber right now: nothing to wake.
+                                let _ = notices.send(notice);
+                            }
+                        }
+                    }
+                    Err(error) => tracing::debug!(%error, "cannot LISTEN for run notices"),
+                }
+                drop(client);
+                driver.abort();
+            }
+            Err(error) => tracing::debug!(%error, "cannot open the run-notice connection"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// The background task of a store: every third of `lease`, renews the leases of the running
 /// runs `owner` created, then ends the runs whose lease has run out (see the module docs).
 /// Failures (the database away) are logged and retried on the next tick; the health probe
 /// reports them.
-pub(crate) async fn keep_leases(pool: deadpool_postgres::Pool, owner: String, lease: Duration) {
+pub(crate) async fn keep_leases(
+    pool: deadpool_postgres::Pool,
+    schema: String,
+    owner: String,
+    lease: Duration,
+) {
     let tick = (lease / 3).max(Duration::from_millis(200));
     loop {
         tokio::time::sleep(tick).await;
@@ -443,7 +685,7 @@ pub(crate) async fn keep_leases(pool: deadpool_postgres::Pool, owner: String, le
                 )
                 .await
                 .map_err(|e| io(db_error("forgetting stopped daemons' crew definitions", e)))?;
-            end_abandoned(&mut client, &owner, false).await
+            end_abandoned(&mut client, &schema, &owner, false).await
         }
         .await;
         match result {

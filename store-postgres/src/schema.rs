@@ -30,14 +30,22 @@ use orkeon_knowledge::store::StoreError;
 use tokio_postgres::Client;
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The migrations, in order: (version, description, SQL run with the schema first on the
 /// search path).
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "documents, quarantine and runs", V1),
     (2, "crew definitions served by each daemon", V2),
+    (3, "the fleet's shared run queue", V3),
 ];
+
+/// Version 3: the shared queue. A fleet kickoff records its run `queued` with the crew file's
+/// hash (`definition`) and no owner; a daemon serving that definition claims it.
+pub const V3: &str = r#"
+ALTER TABLE runs ADD COLUMN definition text;
+CREATE INDEX runs_queued ON runs (run_id) WHERE state = 'queued';
+"#;
 
 /// Version 2: which definition (content hash of the crew file) each live daemon serves, so a
 /// kickoff of a crew whose file differs between daemons is refused.

@@ -455,3 +455,225 @@ fn a_collections_writer_lock_serialises_writers_across_stores() {
     // Released again: the first store can take it back at once.
     drop(first.writer_lock("kb").expect("lock again"));
 }
+
+/// A fleet run waiting in the shared queue: no owner yet, the crew file's hash `definition`.
+fn queued(id: &str, definition: &str, retry: u32) -> orkeon_crews::run::store::RunRecord {
+    let mut run = orkeon_crews::run::store::conformance::record(id, "support", None);
+    run.state = orkeon_crews::run::RunStatus::Queued;
+    run.definition = Some(definition.to_string());
+    run.retry = retry;
+    run
+}
+
+/// Three daemons' stores claim from one queue at once (`FOR UPDATE SKIP LOCKED`): every run of
+/// the served definition goes to exactly one of them, a run of another definition to none; a
+/// run still queued can be cancelled, a claimed one cannot.
+#[test]
+fn the_shared_queue_hands_each_run_to_exactly_one_claimer_of_its_definition() {
+    use orkeon_crews::run::RunStatus;
+    let Some(url) = server("the_shared_queue_hands_each_run_to_exactly_one_claimer") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "queue");
+    let settings = schemas.settings();
+    let stores: Vec<PostgresStore> = (0..3)
+        .map(|_| PostgresStore::open(&settings).expect("open"))
+        .collect();
+    let kickoffs = stores[0].run_store();
+    assert!(kickoffs.is_shared());
+    let ids: Vec<String> = (0..40).map(|i| format!("q{i:03}")).collect();
+    for id in &ids {
+        kickoffs.create(queued(id, "sha-one", 0)).expect("enqueue");
+    }
+    kickoffs
+        .create(queued("other", "sha-two", 0))
+        .expect("enqueue another definition");
+    assert_eq!(kickoffs.queued().expect("queued"), 41);
+
+    let served = [("support".to_string(), "sha-one".to_string())];
+    let claims: Vec<Vec<String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = stores
+            .iter()
+            .map(|store| {
+                let served = &served;
+                scope.spawn(move || {
+                    let runs = store.run_store();
+                    let mut mine = Vec::new();
+                    while let Some(run) = runs.claim(served).expect("claim") {
+                        assert_eq!(run.state, RunStatus::Running);
+                        assert_eq!(run.attempts, 1);
+                        assert!(run.worker.is_some());
+                        mine.push(run.run_id);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("join"))
+            .collect()
+    });
+    let mut all: Vec<String> = claims.iter().flatten().cloned().collect();
+    all.sort();
+    assert_eq!(all, ids, "each queued run claimed exactly once: {claims:?}");
+    // Oldest first: one claimer alone takes the runs in the order they were queued.
+    for mine in &claims {
+        let mut sorted = mine.clone();
+        sorted.sort();
+        assert_eq!(&sorted, mine);
+    }
+    assert_eq!(kickoffs.queued().expect("queued"), 1);
+    assert_eq!(kickoffs.get("other").expect("get").state, RunStatus::Queued);
+
+    // A queued run is cancelled with one terminal event; a claimed one is not the queue's.
+    assert!(!kickoffs.cancel_queued(&ids[0], "no").expect("cancel"));
+    assert!(
+        kickoffs
+            .cancel_queued("other", "not needed")
+            .expect("cancel")
+    );
+    let other = kickoffs.get("other").expect("get");
+    assert_eq!(other.state, RunStatus::Cancelled);
+    let events = kickoffs.events_after("other", 0).expect("events");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].is_terminal(), "{events:?}");
+    assert_eq!(kickoffs.queued().expect("queued"), 0);
+    assert!(!kickoffs.cancel_queued("other", "twice").expect("cancel"));
+}
+
+/// A claimed run whose daemon dies goes back to the queue while its crew's `retry:` allows
+/// (`run_retried`, attempt 2, claimed by a survivor), and ends interrupted when the retries
+/// are spent.
+#[test]
+fn a_dead_daemons_claimed_run_is_queued_again_while_its_retries_last() {
+    use orkeon_crews::run::store::INTERRUPTED_REASON;
+    use orkeon_crews::run::{RunEvent, RunStatus};
+    let Some(url) = server("a_dead_daemons_claimed_run_is_queued_again") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "retry");
+    let mut settings = schemas.settings();
+    settings.postgres.lease_secs = 1;
+    let watcher = PostgresStore::open(&settings).expect("open");
+    let runs = watcher.run_store();
+    runs.create(queued("r1", "sha", 1)).expect("enqueue");
+    let served = [("support".to_string(), "sha".to_string())];
+
+    let wait_for = |state: RunStatus| {
+        assert!(
+            wait_until(std::time::Duration::from_secs(15), || {
+                runs.get("r1").expect("get").state == state
+            }),
+            "the run never became {state}: {:?}",
+            runs.get("r1")
+        );
+    };
+    for attempt in 1..=2 {
+        let daemon = PostgresStore::open(&settings).expect("open a daemon's store");
+        let claimed = daemon
+            .run_store()
+            .claim(&served)
+            .expect("claim")
+            .expect("the run is queued");
+        assert_eq!(claimed.attempts, attempt);
+        // The daemon dies mid-run: its lease runs out and the watcher's sweep takes over.
+        drop(daemon);
+        if attempt == 1 {
+            wait_for(RunStatus::Queued);
+        } else {
+            wait_for(RunStatus::Failed);
+        }
+    }
+    let run = runs.get("r1").expect("get");
+    assert_eq!(run.reason.as_deref(), Some(INTERRUPTED_REASON));
+    assert_eq!(run.attempts, 2);
+    let events = runs.events_after("r1", 0).expect("events");
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(
+        matches!(events[0].event, RunEvent::RunRetried { attempt: 2, .. }),
+        "{events:?}"
+    );
+    assert!(events[1].is_terminal(), "{events:?}");
+}
+
+/// `LISTEN/NOTIFY`: a store hears of the runs another store queues and of the events it
+/// appends, naming the run and the sequence number (what wakes queue workers and followers).
+#[test]
+fn a_store_hears_the_runs_and_events_of_another_store() {
+    use orkeon_crews::run::RunEvent;
+    use orkeon_crews::run::store::{RunNotice, conformance::record};
+    let Some(url) = server("a_store_hears_the_runs_and_events_of_another_store") else {
+        return;
+    };
+    let mut schemas = Schemas::new(&url, "notices");
+    let settings = schemas.settings();
+    let listener = PostgresStore::open(&settings).expect("open");
+    let speaker = PostgresStore::open(&settings).expect("open");
+    // A store on another schema of the same database: its notices are not ours.
+    let stranger = schemas.open(|_| {});
+    let mut notices = listener
+        .run_store()
+        .notices()
+        .expect("a shared store has notices");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let next = |notices: &mut tokio::sync::broadcast::Receiver<RunNotice>| {
+        runtime.block_on(async {
+            loop {
+                let notice =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), notices.recv())
+                        .await
+                        .expect("a notice arrives")
+                        .expect("notice");
+                // The listener announces it is listening (and after every reconnect).
+                if notice != RunNotice::Resync {
+                    return notice;
+                }
+            }
+        })
+    };
+    // Make sure the listener is up before anything is announced.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while runtime.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_millis(200), notices.recv())
+            .await
+            .is_err()
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never started"
+        );
+    }
+
+    let stranger_runs = stranger.run_store();
+    stranger_runs
+        .create(queued("elsewhere", "sha", 0))
+        .expect("enqueue elsewhere");
+    let runs = speaker.run_store();
+    runs.create(queued("q1", "sha", 0)).expect("enqueue");
+    assert_eq!(
+        next(&mut notices),
+        RunNotice::Queued {
+            run_id: "q1".into()
+        }
+    );
+    runs.create(record("r1", "support", None)).expect("create");
+    let stored = runs
+        .append(
+            "r1",
+            RunEvent::BudgetExhausted {
+                reason: "test".into(),
+            },
+        )
+        .expect("append");
+    assert_eq!(
+        next(&mut notices),
+        RunNotice::Event {
+            run_id: "r1".into(),
+            seq: stored.seq
+        }
+    );
+}
