@@ -1,6 +1,16 @@
 //! The crew engine: kickoff → run id at once; each run (a `CrewRun`) bootstraps the crew's
 //! `rag:` collections, spawns one agent actor per agent, runs the process, and records every
 //! event in the run store.
+//!
+//! Where a run executes:
+//! - **One process** (the embedded store, `orkeon crew run`, scripts): on the engine that
+//!   kicked it off, in its line of `limits.max_concurrent_runs` slots.
+//! - **A fleet** (a run store shared by several daemons, each serving the queue with
+//!   [`CrewEngine::serve_queue`]): a kickoff on any daemon records the run `queued` with the
+//!   crew file's hash; every daemon's queue worker claims queued runs of the crews it serves
+//!   with the same definition while it has a free slot ([`RunStore::claim`], `FOR UPDATE SKIP
+//!   LOCKED` on PostgreSQL) and executes them under a lease. The worker wakes on the store's
+//!   notices (PostgreSQL `LISTEN/NOTIFY`) and, as a fallback, every [`QUEUE_POLL`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,7 +33,10 @@ use crate::actors::AgentPool;
 pub type GroundednessFactory =
     Arc<dyn Fn(&Arc<dyn ChatModel>) -> Arc<dyn GroundednessCheck> + Send + Sync>;
 use crate::registry::CrewRegistry;
-use crate::runs::{RunRecord, RunStoreError, Runs, now};
+use crate::runs::{RunNotice, RunRecord, RunStoreError, Runs, now};
+
+/// How often a queue worker looks at the shared queue when no notice woke it.
+pub const QUEUE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a kickoff was refused.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +86,10 @@ pub struct CrewEngine {
     slots: Arc<tokio::sync::Semaphore>,
     max_concurrent: usize,
     max_queued: usize,
+    /// Set once this engine serves the fleet's shared queue: kickoffs then enqueue.
+    fleet: std::sync::atomic::AtomicBool,
+    /// Wakes this engine's queue worker (a kickoff here, a run ending here).
+    wake: tokio::sync::Notify,
 }
 
 /// How many runs execute at once, and how many may wait for a turn.
@@ -122,7 +139,14 @@ impl CrewEngine {
             slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
             max_concurrent,
             max_queued: limits.max_queued,
+            fleet: std::sync::atomic::AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// True while kickoffs go through the fleet's shared queue.
+    fn in_fleet(&self) -> bool {
+        self.fleet.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Scores every cited task output of every run with the checker `factory` makes for the
@@ -182,7 +206,210 @@ impl CrewEngine {
                 theirs,
             });
         }
+        if self.in_fleet() {
+            return self.enqueue(spec, &entry.hash, inputs, idempotency_key);
+        }
         self.start(spec, inputs, idempotency_key)
+    }
+
+    /// Records a fleet run `queued` for any daemon serving the same definition to claim.
+    /// Refused while the shared queue holds `limits.max_queued_runs` runs.
+    fn enqueue(
+        self: &Arc<Self>,
+        spec: Arc<CrewSpec>,
+        definition: &str,
+        inputs: BTreeMap<String, String>,
+        idempotency_key: Option<String>,
+    ) -> Result<RunRecord, EngineError> {
+        let inputs = Self::inputs(&spec, inputs)?;
+        if let Some(key) = &idempotency_key
+            && let Some(existing) = self.runs.find_by_key(&spec.name, key)?
+        {
+            return Ok(existing);
+        }
+        let queued = self.runs.queued()?;
+        if queued >= self.max_queued {
+            return Err(EngineError::Overloaded {
+                running: self.max_concurrent - self.slots.available_permits(),
+                queued,
+            });
+        }
+        let mut record = Self::record(&spec, inputs, idempotency_key, RunStatus::Queued);
+        record.definition = Some(definition.to_string());
+        record.retry = spec.retry;
+        let (record, _) = self.runs.create(record)?;
+        self.wake.notify_one();
+        Ok(record)
+    }
+
+    /// Makes this engine one of the fleet's queue workers (the daemon calls it when its run
+    /// store is shared): from now on kickoffs enqueue, and a background task claims queued runs
+    /// of the crews this daemon serves whenever a slot is free. A store one process owns has
+    /// no queue: nothing changes.
+    pub fn serve_queue(self: &Arc<Self>) {
+        if !self.runs.is_shared() || self.fleet.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move { engine.queue_worker().await });
+    }
+
+    /// The queue worker: take a slot, claim a run for it, execute it; when there is nothing to
+    /// claim, sleep until a notice, a local kickoff or [`QUEUE_POLL`].
+    async fn queue_worker(self: Arc<Self>) {
+        let mut notices = self.runs.notices();
+        let mut shutting_down = self.shutting_down.subscribe();
+        let mut backoff = std::time::Duration::from_millis(100);
+        loop {
+            if *shutting_down.borrow() {
+                return;
+            }
+            let Ok(slot) = self.slots.clone().acquire_owned().await else {
+                return;
+            };
+            if *shutting_down.borrow() {
+                return;
+            }
+            let served: Vec<(String, String)> = self
+                .registry
+                .list()
+                .into_iter()
+                .filter(|entry| entry.spec.is_some())
+                .map(|entry| (entry.name, entry.hash))
+                .collect();
+            let claimed = if served.is_empty() {
+                Ok(None)
+            } else {
+                self.runs.claim(&served)
+            };
+            match claimed {
+                Ok(Some(record)) => {
+                    backoff = std::time::Duration::from_millis(100);
+                    self.execute_claimed(record, slot);
+                    continue;
+                }
+                Ok(None) => drop(slot),
+                Err(error) => {
+                    drop(slot);
+                    tracing::warn!(%error, "cannot claim a run from the shared queue; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(QUEUE_POLL);
+                    continue;
+                }
+            }
+            let notice = async {
+                match notices.as_mut() {
+                    Some(rx) => loop {
+                        match rx.recv().await {
+                            Ok(RunNotice::Queued { .. } | RunNotice::Resync) => return,
+                            Ok(RunNotice::Event { .. }) => {}
+                            // Missed some: look again.
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                                std::future::pending::<()>().await
+                            }
+                        }
+                    },
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = notice => {}
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(QUEUE_POLL) => {}
+                _ = shutting_down.changed() => {}
+            }
+        }
+    }
+
+    /// Executes a run this daemon claimed, holding `slot` until it ends.
+    fn execute_claimed(
+        self: &Arc<Self>,
+        record: RunRecord,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let run_id = record.run_id.clone();
+        let spec = self
+            .registry
+            .get(&record.crew)
+            .filter(|entry| Some(&entry.hash) == record.definition.as_ref())
+            .and_then(|entry| entry.spec);
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let engine = self.clone();
+        let task_run_id = run_id.clone();
+        // Held across the spawn, so the task's own removal comes after this insertion.
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = tokio::spawn(async move {
+            let _slot = slot;
+            match spec {
+                Some(spec) => {
+                    engine
+                        .execute(task_run_id.clone(), spec, record.inputs, cancel_rx)
+                        .await
+                }
+                // The file changed between the claim and now.
+                None => engine.end(
+                    &task_run_id,
+                    RunStatus::Failed,
+                    Some(format!(
+                        "crew '{}' changed on this daemon after it claimed the run; kick it off again",
+                        record.crew
+                    )),
+                    None,
+                ),
+            }
+            engine.runs.close_live(&task_run_id);
+            let mut active = engine.active.lock().unwrap_or_else(|p| p.into_inner());
+            active.remove(&task_run_id);
+            drop(active);
+            engine.wake.notify_one();
+        });
+        active.insert(run_id, (cancel_tx, handle));
+    }
+
+    /// The run's inputs: `inputs` over the crew's `kickoff.inputs`, every required one present.
+    fn inputs(
+        spec: &CrewSpec,
+        mut inputs: BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        for (key, value) in &spec.kickoff.inputs {
+            inputs.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        match spec
+            .required_inputs()
+            .into_iter()
+            .find(|k| !inputs.contains_key(k))
+        {
+            Some(missing) => Err(EngineError::MissingInput(missing)),
+            None => Ok(inputs),
+        }
+    }
+
+    /// A new run record of `spec`.
+    fn record(
+        spec: &CrewSpec,
+        inputs: BTreeMap<String, String>,
+        idempotency_key: Option<String>,
+        state: RunStatus,
+    ) -> RunRecord {
+        RunRecord {
+            run_id: uuid::Uuid::now_v7().to_string(),
+            crew: spec.name.clone(),
+            crew_file: spec.file.display().to_string(),
+            state,
+            inputs,
+            started_at: now(),
+            finished_at: None,
+            reason: None,
+            final_output: None,
+            idempotency_key,
+            last_seq: 0,
+            tasks: Vec::new(),
+            definition: None,
+            worker: None,
+            attempts: 0,
+            retry: 0,
+        }
     }
 
     /// Records, for a fleet sharing the run store, that this daemon serves `crew`'s loaded
@@ -202,37 +429,14 @@ impl CrewEngine {
         inputs: BTreeMap<String, String>,
         idempotency_key: Option<String>,
     ) -> Result<RunRecord, EngineError> {
-        let mut inputs = inputs;
-        for (key, value) in &spec.kickoff.inputs {
-            inputs.entry(key.clone()).or_insert_with(|| value.clone());
-        }
-        if let Some(missing) = spec
-            .required_inputs()
-            .into_iter()
-            .find(|k| !inputs.contains_key(k))
-        {
-            return Err(EngineError::MissingInput(missing));
-        }
+        let inputs = Self::inputs(&spec, inputs)?;
         if let Some(key) = &idempotency_key
             && let Some(existing) = self.runs.find_by_key(&spec.name, key)?
         {
             return Ok(existing);
         }
         self.admit()?;
-        let record = RunRecord {
-            run_id: uuid::Uuid::now_v7().to_string(),
-            crew: spec.name.clone(),
-            crew_file: spec.file.display().to_string(),
-            state: RunStatus::Running,
-            inputs: inputs.clone(),
-            started_at: now(),
-            finished_at: None,
-            reason: None,
-            final_output: None,
-            idempotency_key,
-            last_seq: 0,
-            tasks: Vec::new(),
-        };
+        let record = Self::record(&spec, inputs.clone(), idempotency_key, RunStatus::Running);
         let (record, created) = self.runs.create(record)?;
         if !created {
             return Ok(record);
@@ -242,6 +446,8 @@ impl CrewEngine {
         let run_id = record.run_id.clone();
         let task_run_id = run_id.clone();
         let slots = self.slots.clone();
+        // Held across the spawn, so the task's own removal comes after this insertion.
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         let handle = tokio::spawn(async move {
             // Wait for a slot (bounded by admit); a closed semaphore never happens.
             let _slot = slots.acquire_owned().await;
@@ -252,19 +458,29 @@ impl CrewEngine {
             let mut active = engine.active.lock().unwrap_or_else(|p| p.into_inner());
             active.remove(&task_run_id);
         });
-        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        if !handle.is_finished() {
-            active.insert(run_id, (cancel_tx, handle));
-        }
+        active.insert(run_id, (cancel_tx, handle));
+        drop(active);
         Ok(record)
     }
 
-    /// Asks a run to stop between tasks. Returns false when it is not running here.
+    /// Asks a run to stop between tasks, or cancels it while it waits in the fleet's queue.
+    /// Returns false when it is neither running here nor queued.
     pub fn cancel(&self, run_id: &str) -> bool {
-        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        match active.get(run_id) {
-            Some((cancel, _)) => cancel.send(true).is_ok(),
-            None => false,
+        {
+            let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((cancel, _)) = active.get(run_id) {
+                return cancel.send(true).is_ok();
+            }
+        }
+        match self
+            .runs
+            .cancel_queued(run_id, "cancelled before it started")
+        {
+            Ok(cancelled) => cancelled,
+            Err(error) => {
+                tracing::warn!(run_id, %error, "cannot cancel a queued run");
+                false
+            }
         }
     }
 

@@ -152,6 +152,9 @@ pub fn describe_run_event(event: &RunEvent) -> String {
         } => format!("manager: {task} → {agent} ({reason})"),
         RunEvent::GraphTransition { from, to } => format!("graph: {from} → {to}"),
         RunEvent::BudgetExhausted { reason } => format!("budget exhausted: {reason}"),
+        RunEvent::RunRetried { attempt, reason } => {
+            format!("run retried: attempt {attempt} queued ({reason})")
+        }
         RunEvent::RunFinished { status, .. } => format!("run finished: {status}"),
     }
 }

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::Stream;
-pub use orkeon_crews::run::store::{RunRecord, RunStore, RunStoreError, StoredEvent, now};
+pub use orkeon_crews::run::store::{
+    RunNotice, RunRecord, RunStore, RunStoreError, Served, StoredEvent, now,
+};
 use orkeon_crews::run::{RunEvent, RunStatus};
 use tokio::sync::broadcast;
 
@@ -41,6 +43,31 @@ impl Runs {
         hash: &str,
     ) -> Result<Vec<(String, String)>, RunStoreError> {
         self.store.serve_definition(crew, hash)
+    }
+
+    /// See [`RunStore::is_shared`].
+    pub fn is_shared(&self) -> bool {
+        self.store.is_shared()
+    }
+
+    /// See [`RunStore::claim`].
+    pub fn claim(&self, served: &Served) -> Result<Option<RunRecord>, RunStoreError> {
+        self.store.claim(served)
+    }
+
+    /// See [`RunStore::queued`].
+    pub fn queued(&self) -> Result<usize, RunStoreError> {
+        self.store.queued()
+    }
+
+    /// See [`RunStore::cancel_queued`].
+    pub fn cancel_queued(&self, run_id: &str, reason: &str) -> Result<bool, RunStoreError> {
+        self.store.cancel_queued(run_id, reason)
+    }
+
+    /// See [`RunStore::notices`].
+    pub fn notices(&self) -> Option<broadcast::Receiver<RunNotice>> {
+        self.store.notices()
     }
 
     /// Creates a run, or returns the existing one with the same idempotency key (`false`).
@@ -132,14 +159,63 @@ impl Runs {
     }
 }
 
+/// How long a follower waits for news before it looks at the store again: short when nothing
+/// but this process's own appends can wake it, longer when the store also announces the other
+/// processes' events ([`RunStore::notices`]).
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+const RECHECK_WITH_NOTICES: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// State of one [`Runs::follow`] stream.
 struct Follow {
     runs: Arc<Runs>,
     run_id: String,
     last: u64,
     live: broadcast::Receiver<StoredEvent>,
+    /// The store's notices (events appended by other processes), when it has them.
+    notices: Option<broadcast::Receiver<RunNotice>>,
     pending: std::collections::VecDeque<StoredEvent>,
     done: bool,
+}
+
+impl Follow {
+    /// Waits until this run may have a new event: one appended here, a notice of one appended
+    /// elsewhere (or of missed notices), or the recheck interval.
+    async fn news(&mut self) {
+        let recheck = if self.notices.is_some() {
+            RECHECK_WITH_NOTICES
+        } else {
+            RECHECK
+        };
+        let run_id = self.run_id.clone();
+        let notices = &mut self.notices;
+        let elsewhere = async {
+            let Some(rx) = notices.as_mut() else {
+                return std::future::pending::<bool>().await;
+            };
+            loop {
+                match rx.recv().await {
+                    Ok(RunNotice::Event { run_id: id, .. }) if id == run_id => return true,
+                    Ok(RunNotice::Resync) => return true,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                    Err(broadcast::error::RecvError::Closed) => return false,
+                }
+            }
+        };
+        let mut closed_notices = false;
+        tokio::select! {
+            received = self.live.recv() => {
+                if let Err(broadcast::error::RecvError::Closed) = received {
+                    self.live = self.runs.subscribe(&self.run_id);
+                }
+            }
+            open = elsewhere => closed_notices = !open,
+            _ = tokio::time::sleep(recheck) => {}
+        }
+        if closed_notices {
+            self.notices = None;
+        }
+    }
 }
 
 fn follow_stream(
@@ -149,11 +225,13 @@ fn follow_stream(
 ) -> impl Stream<Item = Result<StoredEvent, RunStoreError>> + Send + 'static {
     // Subscribe before reading the backlog so nothing falls between the two.
     let live = runs.subscribe(&run_id);
+    let notices = runs.notices();
     let state = Follow {
         runs,
         run_id,
         last: after_seq,
         live,
+        notices,
         pending: Default::default(),
         done: false,
     };
@@ -178,8 +256,7 @@ fn follow_stream(
                     return Some((Err(error), st));
                 }
             }
-            // Nothing newer: done when the run is over, else wait for the next append (or time
-            // out and look at the store again).
+            // Nothing newer: done when the run is over, else wait for news.
             match st.runs.get(&st.run_id) {
                 Ok(run) if run.state.is_terminal() && run.last_seq <= st.last => return None,
                 Ok(_) => {}
@@ -188,13 +265,7 @@ fn follow_stream(
                     return Some((Err(error), st));
                 }
             }
-            match tokio::time::timeout(std::time::Duration::from_secs(1), st.live.recv()).await {
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
-                Ok(Err(broadcast::error::RecvError::Closed)) => {
-                    st.live = st.runs.subscribe(&st.run_id);
-                }
-            }
+            st.news().await;
         }
     })
 }

@@ -33,6 +33,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await?;
 
+    // On a run store shared by a fleet, this daemon claims queued runs of the crews it serves.
+    services.engine.serve_queue();
+
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(grpc::serve(services.clone(), listener, token, async move {
         let _ = stop_rx.await;

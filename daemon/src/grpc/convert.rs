@@ -489,6 +489,10 @@ pub fn run_to_pb(run: RunRecord) -> pb::Run {
         last_seq: run.last_seq,
         idempotency_key: run.idempotency_key.unwrap_or_default(),
         tasks: run.tasks.into_iter().map(task_summary_to_pb).collect(),
+        worker: run.worker.unwrap_or_default(),
+        attempts: run.attempts,
+        definition: run.definition.unwrap_or_default(),
+        retry: run.retry,
     }
 }
 
@@ -541,6 +545,10 @@ pub fn run_from_pb(run: pb::Run) -> Result<RunRecord, ServiceError> {
         idempotency_key: non_empty(run.idempotency_key),
         last_seq: run.last_seq,
         tasks: run.tasks.into_iter().map(task_summary_from_pb).collect(),
+        worker: non_empty(run.worker),
+        attempts: run.attempts,
+        definition: non_empty(run.definition),
+        retry: run.retry,
     })
 }
 

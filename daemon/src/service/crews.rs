@@ -227,7 +227,16 @@ impl CrewApi for CrewApp {
                 run.state
             )));
         }
-        self.engine.cancel(run_id);
+        if !self.engine.cancel(run_id) {
+            let run = self.runs.get(run_id)?;
+            if !run.state.is_terminal() {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "run '{run_id}' is {} on another daemon ({}); cancel it through that daemon",
+                    run.state,
+                    run.worker.as_deref().unwrap_or("unknown")
+                )));
+            }
+        }
         Ok(self.engine.wait(run_id).await?)
     }
 }
