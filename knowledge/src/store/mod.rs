@@ -14,12 +14,14 @@ mod embedded;
 mod exact_vectors;
 mod hybrid;
 mod memory;
+mod scratch;
 
 pub use checks::{CheckedQuery, CheckedSearch, check_batch, check_search, check_source_batch};
 pub use embedded::runs::SledRunStore;
 pub use embedded::{CollectionConsistency, ConsistencyReport, EmbeddedStore};
 pub use hybrid::{fuse_hybrid, hybrid_depths, reciprocal_rank_fusion};
 pub use memory::{InMemoryQuarantineStore, InMemoryStore};
+pub use scratch::{ScratchLayer, ScratchNames, ScratchQuarantine, ScratchStore};
 
 pub use crate::fusion::HybridFusion;
 use crate::types::{EmbeddingProfile, ScoredChunk, StoredChunk};
