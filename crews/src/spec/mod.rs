@@ -19,6 +19,8 @@
 //!       profile: fast                        # optional: overrides the crew's for this one
 //!       shared: false                        # optional: true lets other crews declare this
 //!                                            # collection too (its sources: the union)
+//!       ephemeral: false                     # optional: true builds it in memory at each
+//!                                            # kickoff, for that run only (never stored)
 //! agents:                  # at least one; file order is kept
 //!   support:
 //!     role: Support agent
@@ -220,6 +222,9 @@ pub struct CollectionSpec {
     /// Other crews may declare the same collection with other sources (all of them must say
     /// `shared: true`); its sources are then the union of every declaration.
     pub shared: bool,
+    /// A throwaway collection: built in memory at each kickoff for that run alone (shadowing a
+    /// stored collection of the same name), dropped when the run ends, never stored.
+    pub ephemeral: bool,
 }
 
 /// One agent.
@@ -405,6 +410,16 @@ impl CrewSpec {
         let mut inputs = self.kickoff.inputs.clone();
         inputs.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
         inputs
+    }
+
+    /// The names of the `rag:` collections declared `ephemeral: true`.
+    pub fn ephemeral_collections(&self) -> Vec<String> {
+        self.rag
+            .collections
+            .iter()
+            .filter(|c| c.ephemeral)
+            .map(|c| c.name.clone())
+            .collect()
     }
 
     /// The `rag:` collections as requests for the knowledge service, resolved against

@@ -52,6 +52,7 @@ pub(super) struct RawCollection {
     pub chunking: Option<Spanned<SpannedValue>>,
     pub profile: Option<Spanned<String>>,
     pub shared: Option<bool>,
+    pub ephemeral: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -814,3 +814,24 @@ fn host_checks_point_at_the_key_inside_llm_and_chunking() {
     );
     assert_at(&err, &text, "0, overlap", 0);
 }
+
+#[test]
+fn ephemeral_collections_are_listed_and_cannot_also_be_shared() {
+    let crew = |flags: &str| {
+        format!(
+            "name: trial\nrag:\n  collections:\n    kept: {{ sources: [a.md] }}\n    tmp: {{ sources: [b.md], {flags} }}\nagents:\n  a: {{ role: r, goal: g, knowledge: [kept, tmp] }}\ntasks:\n  - {{ name: t, agent: a, description: d, expected_output: o }}\n"
+        )
+    };
+    let spec = parse(&crew("ephemeral: true")).expect("parses");
+    assert_eq!(spec.ephemeral_collections(), ["tmp"]);
+    assert!(!spec.rag.collections[0].ephemeral);
+
+    let text = crew("shared: true, ephemeral: true");
+    let err = parse_err(&text);
+    assert!(err.message.contains("both ephemeral and shared"), "{err}");
+    assert!(
+        err.hint.as_deref().unwrap_or("").contains("shared: true"),
+        "{err}"
+    );
+    assert_at(&err, &text, "true }", 0);
+}

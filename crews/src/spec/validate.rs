@@ -408,12 +408,28 @@ fn rag_spec(raw: &RawCrew, errors: &Errors<'_>) -> Result<RagSpec, SpecError> {
             .as_ref()
             .map(|p| errors.check_profile(p, &format!("collection '{}': profile", name.value)))
             .transpose()?;
+        let shared = collection.shared.unwrap_or(false);
+        let ephemeral = match &collection.ephemeral {
+            Some(flag) if flag.value && shared => {
+                return Err(errors.at_value(
+                    flag,
+                    format!(
+                        "collection '{}' cannot be both ephemeral and shared: a throwaway collection belongs to one run",
+                        name.value
+                    ),
+                    Some("drop `shared: true`, or `ephemeral: true` to keep it".to_string()),
+                ));
+            }
+            Some(flag) => flag.value,
+            None => false,
+        };
         collections.push(CollectionSpec {
             name: name.value.clone(),
             sources,
             chunking,
             profile,
-            shared: collection.shared.unwrap_or(false),
+            shared,
+            ephemeral,
         });
     }
     Ok(RagSpec { collections })
