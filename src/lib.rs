@@ -23,9 +23,9 @@
 //! ```
 
 //!
-//! [`Builder`] adds the program's own components (a custom reranker, selected by name in the
-//! configuration like the built-ins), and [`Host`] runs crews and Rhai scripts in process
-//! over the same knowledge. The runnable demos are in `examples/rust/` (README, "Use it from
+//! [`Builder`] adds the program's own components (a custom reranker, query transformer or chat
+//! model, selected by name in the configuration like the built-ins), and [`Host`] runs crews
+//! and Rhai scripts in process over the same knowledge. The runnable demos are in `examples/rust/` (README, "Use it from
 //! Rust").
 
 use std::collections::BTreeMap;
@@ -34,8 +34,10 @@ use std::sync::Arc;
 
 /// Implementing [`Reranker`] needs `#[orkeon::async_trait]` on the impl block.
 pub use async_trait::async_trait;
+pub use orkeon_crews::ports::{ChatError, ChatModel, ChatRequest, ChatResponse};
 pub use orkeon_crews::run::store::{RunRecord, StoredEvent, TaskSummary};
 pub use orkeon_crews::run::{RunEvent, RunStatus};
+pub use orkeon_daemon::chat_models::LlmSettings;
 pub use orkeon_daemon::config::Config;
 pub use orkeon_daemon::knowledge_host::Components;
 pub use orkeon_daemon::service::{
@@ -46,6 +48,7 @@ pub use orkeon_daemon::services::CrewRun;
 pub use orkeon_knowledge::ingest::IngestReport;
 pub use orkeon_knowledge::query::QueryError;
 pub use orkeon_knowledge::query::rerank::{Reranker, RerankerContext};
+pub use orkeon_knowledge::query::transform::{QueryTransformer, TransformKind, TransformOutput};
 pub use orkeon_knowledge::store::SearchMode;
 pub use orkeon_knowledge::types::{Citation, RagAnswer, ScoreOrigin, ScoredChunk};
 
@@ -220,6 +223,33 @@ impl Knowledge {
         self.app.query(params).await
     }
 
+    /// Makes `collection` a throwaway collection: ingested, retrieved and queried like any
+    /// other, but held in memory (`limits.max_ephemeral_chunks`), never written to the data
+    /// folder, and gone when this `Knowledge` is dropped (or deleted with
+    /// [`KnowledgeApi::delete`]). A stored collection of the same name is shadowed, never
+    /// touched.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> anyhow::Result<()> {
+    /// use orkeon::KnowledgeApi;
+    /// let (data, docs) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// std::fs::write(docs.path().join("a.md"), "# Shipping\n\nOrders ship in two days.\n")?;
+    /// let kb = orkeon::Knowledge::open(data.path())?;
+    /// kb.scratch("trial").await?;
+    /// kb.ingest_from(docs.path(), "trial", ["a.md"]).await?;
+    /// let answer = kb.retrieve("trial", "When do orders ship?").await?;
+    /// assert_eq!(answer.citations[0].source_id, "a.md");
+    /// assert_eq!(kb.api().collections().await?[0].provider, "memory");
+    /// kb.flush()?;
+    /// drop(kb);
+    /// let reopened = orkeon::Knowledge::open(data.path())?;
+    /// assert!(reopened.api().collections().await?.is_empty(), "nothing was stored");
+    /// # Ok(()) }
+    /// ```
+    pub async fn scratch(&self, collection: &str) -> Result<(), ServiceError> {
+        self.app.scratch(collection).await
+    }
+
     /// The application layer underneath, for every other operation (collections, manifest,
     /// delete, quarantine, evaluate).
     ///
@@ -307,6 +337,113 @@ impl Builder {
     {
         self.components
             .rerankers
+            .register(name, &[], Arc::new(build));
+        self
+    }
+
+    /// Registers a query transformer under `name` (matched case-insensitively; a built-in's
+    /// name replaces the built-in). Pipelines run it when the configuration selects it:
+    /// `rag.query_transform.mode: <name>`. `build` gets the configured chat model (`None`
+    /// when there is none), is called whenever a pipeline that uses it is built, and its
+    /// [`TransformKind`] says how its texts combine (`union`, `fusion`, `replacement`).
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> anyhow::Result<()> {
+    /// use std::sync::Arc;
+    /// use orkeon::{QueryError, QueryTransformer, TransformKind, TransformOutput};
+    ///
+    /// /// Spells out the shop's part codes before retrieval.
+    /// struct PartCodes;
+    /// #[orkeon::async_trait]
+    /// impl QueryTransformer for PartCodes {
+    ///     fn name(&self) -> &str { "part-codes" }
+    ///     fn kind(&self) -> TransformKind { TransformKind::Union }
+    ///     async fn transform(&self, q: &str, _n: usize) -> Result<TransformOutput, QueryError> {
+    ///         let mut out = TransformOutput::original(q);
+    ///         out.texts.push(q.replace("PS-2", "Pebble S"));
+    ///         out.generated = 1;
+    ///         Ok(out)
+    ///     }
+    /// }
+    ///
+    /// let (data, docs) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// std::fs::write(docs.path().join("w.md"), "# Warranty\n\nThe Pebble S has a two-year warranty.\n")?;
+    /// let mut config = orkeon::Config::default();
+    /// config.data_dir = data.path().to_path_buf();
+    /// config.rag.query_transform.mode = Some("part-codes".into()); // selected by configuration
+    /// let kb = orkeon::Knowledge::builder(config)
+    ///     .transformer("part-codes", |_chat| Ok(Arc::new(PartCodes) as Arc<dyn QueryTransformer>))
+    ///     .open()?;
+    /// kb.ingest_from(docs.path(), "kb", ["w.md"]).await?;
+    /// let answer = kb.retrieve("kb", "PS-2 warranty").await?;
+    /// assert_eq!(answer.trace.query_variants, ["PS-2 warranty", "Pebble S warranty"]);
+    /// assert_eq!(answer.citations[0].source_id, "w.md");
+    /// # kb.flush()?; Ok(()) }
+    /// ```
+    pub fn transformer<F>(self, name: &str, build: F) -> Self
+    where
+        F: Fn(Option<Arc<dyn ChatModel>>) -> Result<Arc<dyn QueryTransformer>, QueryError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.components
+            .transformers
+            .register(name, &[], Arc::new(build));
+        self
+    }
+
+    /// Registers a chat model (an LLM provider) under `name` (matched case-insensitively; a
+    /// built-in's name, `extractive` or `openai`, replaces the built-in). Everything that
+    /// generates selects it by configuration: `llm.provider: <name>` for query generation,
+    /// evaluations and crews, or a crew file's `llm: { provider: <name> }` (crew checks accept
+    /// the name). `build` gets the resolved `llm:` settings (the daemon's with the crew's
+    /// overrides) each time a model is needed: once per pipeline, once per crew run.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> anyhow::Result<()> {
+    /// use std::sync::Arc;
+    /// use orkeon::{ChatError, ChatModel, ChatRequest, ChatResponse};
+    ///
+    /// /// Answers every question by citing the first passage of its context block.
+    /// struct FirstPassage;
+    /// #[orkeon::async_trait]
+    /// impl ChatModel for FirstPassage {
+    ///     fn name(&self) -> String { "first-passage".into() }
+    ///     async fn chat(&self, _request: ChatRequest) -> Result<ChatResponse, ChatError> {
+    ///         Ok(ChatResponse {
+    ///             content: "The Pebble S warranty lasts two years [1].".into(),
+    ///             tool_calls: Vec::new(),
+    ///             model: "first-passage".into(),
+    ///             usage: Default::default(),
+    ///         })
+    ///     }
+    /// }
+    ///
+    /// let (data, docs) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// std::fs::write(docs.path().join("w.md"), "# Warranty\n\nThe Pebble S has a two-year warranty.\n")?;
+    /// let mut config = orkeon::Config::default();
+    /// config.data_dir = data.path().to_path_buf();
+    /// config.llm.provider = Some("first-passage".into()); // selected by configuration
+    /// let kb = orkeon::Knowledge::builder(config)
+    ///     .chat_model("first-passage", |_llm| Ok(Arc::new(FirstPassage) as Arc<dyn ChatModel>))
+    ///     .open()?;
+    /// kb.ingest_from(docs.path(), "kb", ["w.md"]).await?;
+    /// let answer = kb.query(orkeon::QueryParams {
+    ///     collection: Some("kb".into()),
+    ///     query: "How long is the Pebble S warranty?".into(),
+    ///     ..Default::default()
+    /// }).await?;
+    /// assert_eq!(answer.text, "The Pebble S warranty lasts two years [1].");
+    /// assert_eq!(answer.citations[0].source_id, "w.md");
+    /// # kb.flush()?; Ok(()) }
+    /// ```
+    pub fn chat_model<F>(self, name: &str, build: F) -> Self
+    where
+        F: Fn(&LlmSettings) -> Result<Arc<dyn ChatModel>, ChatError> + Send + Sync + 'static,
+    {
+        self.components
+            .chat_models
             .register(name, &[], Arc::new(build));
         self
     }

@@ -175,6 +175,17 @@ impl Augmenter {
         }
     }
 
+    /// An augmenter over `knowledge` sharing this one's slots and timeout (a run's own
+    /// knowledge counts against the same `limits.max_concurrent_retrievals`).
+    pub fn over(&self, knowledge: Arc<dyn KnowledgeService>) -> Self {
+        Self {
+            knowledge,
+            permits: self.permits.clone(),
+            limit: self.limit,
+            timeout: self.timeout,
+        }
+    }
+
     /// Refuses new retrievals (running ones finish).
     pub fn stop(&self) {
         self.permits.close();

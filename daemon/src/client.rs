@@ -222,6 +222,11 @@ impl KnowledgeApi for RemoteKnowledge {
         params: EvalParams,
         _progress: Option<EvalProgressFn<'_>>,
     ) -> Result<EvalOutcome, ServiceError> {
+        if params.ephemeral || !params.chunking.is_empty() {
+            return Err(ServiceError::FailedPrecondition(
+                "an evaluation with its own chunking or a throwaway collection runs in process only (a daemon evaluates datasets as they are): run it without --server".into(),
+            ));
+        }
         let response = self
             .client()
             .await?

@@ -157,6 +157,9 @@ pub struct Limits {
     pub script_max_operations: u64,
     /// Wall time of one script, its `rag.*` and `crew.*` calls included, in seconds.
     pub script_timeout_secs: u64,
+    /// Chunks all the throwaway collections of one run or script may hold in memory together
+    /// (`ephemeral: true` in a crew's `rag:`, `rag.scratch` in scripts).
+    pub max_ephemeral_chunks: usize,
 }
 
 impl Default for Limits {
@@ -179,6 +182,7 @@ impl Default for Limits {
             max_text_bytes: load.max_text_bytes,
             script_max_operations: 10_000_000,
             script_timeout_secs: 3600,
+            max_ephemeral_chunks: 100_000,
         }
     }
 }

@@ -11,28 +11,40 @@ use orkeon_knowledge::query::options::PRESET_PROFILES;
 use orkeon_knowledge::query::profiles::DEFAULT_PROFILE;
 use orkeon_knowledge::settings::ChunkingSettings;
 
+use crate::chat_models;
 use crate::config::Config;
 
 /// Host checks built from one configuration.
 pub struct HostChecks {
     llm: LlmSettings,
+    /// The LLM provider names a crew's `llm.provider` may name.
+    providers: Vec<String>,
     profiles: Vec<String>,
 }
 
 impl HostChecks {
+    /// Checks against `config` and the built-in LLM providers.
     pub fn new(config: &Config) -> Self {
         let mut profiles: Vec<String> = PRESET_PROFILES.iter().map(|p| p.to_string()).collect();
         profiles.push(DEFAULT_PROFILE.to_string());
         Self {
             llm: config.llm.clone(),
+            providers: chat_models::builtin().known(),
             profiles,
         }
+    }
+
+    /// The same checks with `providers` as the known LLM providers (a host's registered ones
+    /// included).
+    pub fn with_providers(mut self, providers: Vec<String>) -> Self {
+        self.providers = providers;
+        self
     }
 }
 
 impl SettingsChecks for HostChecks {
     fn llm(&self, value: &serde_json::Value) -> Result<(), SettingProblem> {
-        check_overrides(&self.llm, value)
+        check_overrides(&self.llm, value, &self.providers)
             .map(|_| ())
             .map_err(|e| SettingProblem {
                 path: e.path,

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use orkeon_agents::llm::{LlmSettings, build_chat_model, settings_with_overrides};
+use orkeon_agents::llm::{LlmSettings, settings_with_overrides};
 use orkeon_agents::prompts::PromptTemplates;
 use orkeon_agents::runner::AgentTaskRunner;
 use orkeon_agents::tools::EvalTool;
@@ -27,6 +27,7 @@ use orkeon_crews::spec::{CrewSpec, DegradedPolicy};
 use tokio::sync::watch;
 
 use crate::actors::AgentPool;
+use crate::chat_models::{self, ChatModels};
 
 /// Makes the groundedness check of one run from its chat model (an LLM judge when the crew's
 /// model is a real LLM, the heuristic checker otherwise).
@@ -78,6 +79,11 @@ pub struct CrewEngine {
     groundedness: Option<GroundednessFactory>,
     /// Serves agents' `rag_eval`; `None`: the tool answers that evaluation is unavailable.
     eval: Option<Arc<dyn EvalTool>>,
+    /// Builds the knowledge of a run that declares throwaway collections; `None`: such runs
+    /// fail with a message saying so.
+    scratch: Option<ScratchKnowledgeFactory>,
+    /// The LLM providers crews' `llm:` select from.
+    chat_models: Arc<ChatModels>,
     llm: LlmSettings,
     templates: Arc<PromptTemplates>,
     active: Mutex<HashMap<String, ActiveRun>>,
@@ -91,6 +97,11 @@ pub struct CrewEngine {
     /// Wakes this engine's queue worker (a kickoff here, a run ending here).
     wake: tokio::sync::Notify,
 }
+
+/// Makes the knowledge service of one run from the names of its `ephemeral: true`
+/// collections: those live in memory for that run alone, every other goes to the process's.
+pub type ScratchKnowledgeFactory =
+    Arc<dyn Fn(Vec<String>) -> Arc<dyn KnowledgeService> + Send + Sync>;
 
 /// How many runs execute at once, and how many may wait for a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +143,8 @@ impl CrewEngine {
             knowledge,
             groundedness: None,
             eval: None,
+            scratch: None,
+            chat_models: Arc::new(chat_models::builtin()),
             llm,
             templates,
             active: Mutex::new(HashMap::new()),
@@ -159,6 +172,19 @@ impl CrewEngine {
     /// Serves agents' `rag_eval` tool with `eval`.
     pub fn with_eval_tool(mut self, eval: Arc<dyn EvalTool>) -> Self {
         self.eval = Some(eval);
+        self
+    }
+
+    /// Serves runs whose crew declares throwaway collections (`ephemeral: true`) with the
+    /// knowledge `factory` makes for each run.
+    pub fn with_scratch_knowledge(mut self, factory: ScratchKnowledgeFactory) -> Self {
+        self.scratch = Some(factory);
+        self
+    }
+
+    /// Builds crews' chat models from `models` (the built-in providers by default).
+    pub fn with_chat_models(mut self, models: Arc<ChatModels>) -> Self {
+        self.chat_models = models;
         self
     }
 
@@ -536,7 +562,7 @@ impl CrewEngine {
                 .map_err(|e| format!("{}: llm: {e}", spec.file.display()))?,
             None => self.llm.clone(),
         };
-        build_chat_model(&settings).map_err(|e| e.to_string())
+        chat_models::build(&self.chat_models, &settings).map_err(|e| e.to_string())
     }
 
     async fn execute(
@@ -564,11 +590,26 @@ impl CrewEngine {
         });
         tracing::info!(run_id = %run_id, crew = %spec.name, "run started");
 
-        // 1. Knowledge.
+        // 1. Knowledge: the process's, or a run's own when it declares throwaway collections
+        //    (built now, in memory, and dropped with `knowledge` when the run ends).
+        let ephemeral = spec.ephemeral_collections();
+        let knowledge = match &self.scratch {
+            _ if ephemeral.is_empty() => self.knowledge.clone(),
+            Some(make) => make(ephemeral),
+            None => {
+                let reason = format!(
+                    "{}: this host cannot hold throwaway collections (ephemeral: true on {})",
+                    spec.file.display(),
+                    ephemeral.join(", ")
+                );
+                self.end(&run_id, RunStatus::Failed, Some(reason), None);
+                return;
+            }
+        };
         let requests = self.registry.collection_requests(&spec);
         let mut degraded: Vec<String> = Vec::new();
         if !requests.is_empty() {
-            match self.knowledge.bootstrap(requests).await {
+            match knowledge.bootstrap(requests).await {
                 Ok(statuses) => {
                     for status in statuses {
                         if status.state != CollectionState::Ready {
@@ -600,7 +641,7 @@ impl CrewEngine {
         // directory.
         let mut runner = AgentTaskRunner::new(
             chat.clone(),
-            Some(self.knowledge.clone()),
+            Some(knowledge.clone()),
             self.templates.clone(),
         )
         .with_crew_dir(spec.base_dir.clone());

@@ -2,13 +2,15 @@
 //!
 //! - [`config`]: layered configuration (figment).
 //! - [`storage`]: the storage provider (`rag.store.provider`: embedded or PostgreSQL).
-//! - [`knowledge_host`]: the knowledge components of one process.
+//! - [`knowledge_host`]: the knowledge components of one process; [`chat_models`]: the LLM
+//!   providers by name.
 //! - [`service`]: the application layer — every operation once, under every surface.
 //! - [`runs`], [`registry`], [`engine`], [`actors`], [`watch`]: crews, runs and actors.
 //! - [`grpc`], [`proto`], [`client`]: the control plane and its CLI client.
 //! - [`cli`], [`commands`], [`output`]: the command line.
 
 pub mod actors;
+pub mod chat_models;
 pub mod cli;
 pub mod client;
 pub mod commands;

@@ -20,7 +20,7 @@ use orkeon_knowledge::query::groundedness::default_checker;
 use crate::actors::Augmenter;
 use crate::config::Config;
 use crate::crew_checks::HostChecks;
-use crate::engine::{CrewEngine, RunLimits};
+use crate::engine::{CrewEngine, RunLimits, ScratchKnowledgeFactory};
 use crate::knowledge_host::{Components, KnowledgeHost};
 use crate::registry::CrewRegistry;
 use crate::runs::Runs;
@@ -79,8 +79,8 @@ impl Services {
                 "runs interrupted by a previous stop were marked failed (each got a terminal event)"
             );
         }
-        let chat = orkeon_agents::llm::build_chat_model(&config.llm).ok();
-        let resolver = host.resolver(&config, chat);
+        let chat = host.components.chat_model(&config.llm).ok();
+        let resolver = host.resolver(&config, chat.clone());
         let gates = Arc::new(CollectionGates::default());
         let knowledge = Arc::new(CrewKnowledge::new(
             host.ingestion.clone(),
@@ -93,6 +93,26 @@ impl Services {
             config.limits.max_concurrent_retrievals,
             std::time::Duration::from_secs(config.limits.retrieval_timeout_secs),
         ));
+        // A run with throwaway collections gets knowledge of its own over the same components,
+        // gates and retrieval slots.
+        let scratch_knowledge: ScratchKnowledgeFactory = {
+            let (host, config, gates, augmenter) = (
+                host.clone(),
+                config.clone(),
+                gates.clone(),
+                augmenter.clone(),
+            );
+            Arc::new(move |ephemeral| {
+                let run = host.run_scratch(&config, chat.clone(), ephemeral);
+                let knowledge = CrewKnowledge::new(
+                    run.ingestion,
+                    run.resolver,
+                    config.rag.profile.clone(),
+                    gates.clone(),
+                );
+                Arc::new(augmenter.over(Arc::new(knowledge))) as Arc<dyn KnowledgeService>
+            })
+        };
         let templates = Arc::new(
             PromptTemplates::load(config.prompts_dir.as_deref())
                 .context("cannot load prompt templates")?,
@@ -127,7 +147,9 @@ impl Services {
                 },
             )
             .with_groundedness(groundedness)
-            .with_eval_tool(eval_tool),
+            .with_eval_tool(eval_tool)
+            .with_scratch_knowledge(scratch_knowledge)
+            .with_chat_models(host.components.chat_models.clone()),
         );
         let crews = Arc::new(CrewApp::new(registry.clone(), engine.clone(), runs.clone()));
         Ok(Self {
@@ -144,6 +166,11 @@ impl Services {
         })
     }
 
+    /// The checks crew files get here: this process's configuration and LLM providers.
+    pub fn checks(&self) -> HostChecks {
+        HostChecks::new(&self.config).with_providers(self.host.components.chat_models.known())
+    }
+
     /// Loads every crew file of the crews folder (`crews_dir`) into the registry once (no
     /// watcher, no on-load kickoffs — what `orkeon script run` works with); invalid ones are
     /// registered with their error, which a kickoff naming them reports.
@@ -153,7 +180,7 @@ impl Services {
             tracing::warn!(dir = %dir.display(), "no crews folder: a kickoff will find no crew");
             return;
         };
-        let checks = HostChecks::new(&self.config);
+        let checks = self.checks();
         for file in files {
             self.registry
                 .apply(&file, parse_crew_file_checked(&file, &checks));
@@ -167,8 +194,8 @@ impl Services {
         file: &Path,
         inputs: BTreeMap<String, String>,
     ) -> anyhow::Result<CrewRun> {
-        let spec = parse_crew_file_checked(file, &HostChecks::new(&self.config))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let spec =
+            parse_crew_file_checked(file, &self.checks()).map_err(|e| anyhow::anyhow!("{e}"))?;
         let record = self
             .engine
             .start(Arc::new(spec), inputs, None)

@@ -129,7 +129,15 @@ fn load(
             tracing::info!(crew = %name, file = %path.display(), "crew loaded");
             engine.publish_definition(&name);
             if let Some(spec) = spec {
-                sources.register_crew(&spec.name, engine.registry.collection_requests(&spec));
+                // Throwaway collections are built at each kickoff; there is nothing to reload.
+                let ephemeral = spec.ephemeral_collections();
+                let requests = engine
+                    .registry
+                    .collection_requests(&spec)
+                    .into_iter()
+                    .filter(|request| !ephemeral.contains(&request.name))
+                    .collect();
+                sources.register_crew(&spec.name, requests);
                 if spec.kickoff.on_load {
                     match engine.kickoff(&name, BTreeMap::new(), None) {
                         Ok(run) => {

@@ -167,27 +167,29 @@ pub fn settings_with_overrides(
 }
 
 /// What `crew check` and the crews watcher ask of a crew's `llm:` map: it merges onto the
-/// daemon's settings ([`settings_with_overrides`]), names a known provider, and gives that
+/// daemon's settings ([`settings_with_overrides`]), names one of `providers` (the host's
+/// provider names, lowercase: [`KNOWN_PROVIDERS`] plus any it registered), and gives that
 /// provider what it needs (`openai`: an http(s) `base_url` and a `model`).
 pub fn check_overrides(
     base: &LlmSettings,
     overrides: &serde_json::Value,
+    providers: &[String],
 ) -> Result<LlmSettings, LlmSettingsError> {
     let settings = settings_with_overrides(base, overrides)?;
     let Some(provider) = settings.provider.as_deref() else {
         return Ok(settings);
     };
     let canonical = provider.trim().to_ascii_lowercase();
-    if !KNOWN_PROVIDERS.contains(&canonical.as_str()) {
+    if !providers.contains(&canonical) {
         return Err(LlmSettingsError {
             path: vec!["provider".into()],
             message: format!(
                 "unknown LLM provider `{provider}`; known providers: {}",
-                KNOWN_PROVIDERS.join(", ")
+                providers.join(", ")
             ),
             hint: orkeon_crews::spec::suggest::hint(
                 provider,
-                KNOWN_PROVIDERS.iter().copied(),
+                providers.iter().map(String::as_str),
                 "providers",
             ),
         });
@@ -418,6 +420,10 @@ mod tests {
     #[test]
     fn checks_name_unknown_providers_and_missing_openai_settings() {
         let base = LlmSettings::default();
+        let known: Vec<String> = KNOWN_PROVIDERS.iter().map(|p| p.to_string()).collect();
+        let check_overrides = |base: &LlmSettings, value: &serde_json::Value| {
+            super::check_overrides(base, value, &known)
+        };
         let err = check_overrides(&base, &json!({"provider": "opena"})).unwrap_err();
         assert_eq!(err.path, ["provider"]);
         assert_eq!(err.hint.as_deref(), Some("did you mean 'openai'?"));

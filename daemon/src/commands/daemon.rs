@@ -15,8 +15,8 @@ use crate::watch::{CrewsWatcher, SourceWatcher};
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let crews_dir: PathBuf = config.crews_dir.clone();
-    let checks = Arc::new(crate::crew_checks::HostChecks::new(&config));
     let services = Arc::new(Services::start(config).await?);
+    let checks = Arc::new(services.checks());
     let (addr, token) = grpc::listen_settings(&services)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -67,6 +67,8 @@ pub async fn run(args: EvalArgs, api: &dyn KnowledgeApi, out: &Output) -> anyhow
         collection: args.collection.clone(),
         // In-process: paths as given (a `--server` call drops this: the daemon confines them).
         base_dir: Some(PathBuf::from(".")),
+        chunking: Default::default(),
+        ephemeral: false,
     };
     let bar = progress_bar(out, "eval");
     let progress = bar.clone().map(|bar| {

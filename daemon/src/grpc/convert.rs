@@ -134,6 +134,8 @@ pub fn eval_params_from_pb(request: pb::EvaluateRequest) -> EvalParams {
         },
         gate: non_empty(request.gate).map(PathBuf::from),
         collection: non_empty(request.collection),
+        chunking: ChunkingOverrides::default(),
+        ephemeral: false,
     }
 }
 

@@ -85,6 +85,9 @@ struct IngestOptions {
     reindex: bool,
     #[serde(default)]
     replace: bool,
+    /// A throwaway collection (as `rag.scratch(collection)` first).
+    #[serde(default)]
+    ephemeral: bool,
 }
 
 /// `rag.query(question, #{…})` and `rag.retrieve(question, #{…})`'s map.
@@ -97,7 +100,7 @@ struct QueryOptions {
     mode: Option<SearchMode>,
 }
 
-/// `rag.eval(#{…})`'s map; the defaults are the CLI's.
+/// `rag.evaluate(#{…})`'s map; the defaults are the CLI's.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EvalOptions {
@@ -117,6 +120,12 @@ struct EvalOptions {
     retrieve_k: usize,
     gate: Option<PathBuf>,
     collection: Option<String>,
+    /// Chunking of the dataset's corpus instead of the dataset's own.
+    #[serde(default)]
+    chunking: ChunkingOverrides,
+    /// Ingest the corpus into a throwaway collection for this evaluation alone.
+    #[serde(default)]
+    ephemeral: bool,
 }
 
 fn default_split() -> String {
@@ -153,6 +162,9 @@ fn result<T: serde::Serialize>(value: &T) -> CallResult {
 impl RagHandle {
     fn ingest(&self, map: &Map) -> CallResult {
         let o: IngestOptions = options("rag.ingest", map)?;
+        if o.ephemeral {
+            let _name = self.scratch(&o.collection)?;
+        }
         let params = IngestParams {
             collection: o.collection,
             sources: o.sources,
@@ -202,9 +214,15 @@ impl RagHandle {
     }
 
     fn eval(&self, map: &Map) -> CallResult {
-        let o: EvalOptions = options("rag.eval", map)?;
+        let o: EvalOptions = options("rag.evaluate", map)?;
+        // In process, relative paths are the script's, like its sources (a daemon confines
+        // them to its roots instead).
+        let local = |path: PathBuf| match &self.0.base_dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path,
+        };
         let params = EvalParams {
-            dataset: o.dataset,
+            dataset: local(o.dataset),
             split: o.split,
             profiles: if o.profiles.is_empty() {
                 vec!["fast".into()]
@@ -215,15 +233,30 @@ impl RagHandle {
             generate: o.generate,
             concurrency: o.concurrency.max(1),
             retrieve_k: o.retrieve_k,
-            gate: o.gate,
+            gate: o.gate.map(local),
             collection: o.collection,
             base_dir: self.0.base_dir.clone(),
+            chunking: o.chunking,
+            ephemeral: o.ephemeral,
         };
         let outcome = self
             .0
-            .call("rag.eval", self.0.knowledge.evaluate(params, None))
+            .call("rag.evaluate", self.0.knowledge.evaluate(params, None))
             .map_err(failure)?;
         result(&outcome)
+    }
+
+    /// `rag.scratch(name)`: makes `name` a throwaway collection for the rest of the script
+    /// (in memory, never stored) and returns the name.
+    fn scratch(&self, name: &str) -> CallResult {
+        let knowledge = self.0.knowledge.clone();
+        let collection = name.to_string();
+        self.0
+            .call("rag.scratch", async move {
+                knowledge.scratch(&collection).await
+            })
+            .map_err(failure)?;
+        Ok(Dynamic::from(name.to_string()))
     }
 
     fn collections(&self) -> CallResult {
@@ -283,8 +316,13 @@ pub(super) fn register(engine: &mut Engine) {
     engine.register_fn("retrieve", |rag: &mut RagHandle, q: &str| {
         rag.retrieve(q, &Map::new())
     });
-    engine.register_fn("eval", |rag: &mut RagHandle, map: Map| rag.eval(&map));
+    // `eval` is a Rhai keyword (its own eval function), which no function can be named after:
+    // scripts call `rag.evaluate`.
+    engine.register_fn("evaluate", |rag: &mut RagHandle, map: Map| rag.eval(&map));
     engine.register_fn("collections", |rag: &mut RagHandle| rag.collections());
+    engine.register_fn("scratch", |rag: &mut RagHandle, name: &str| {
+        rag.scratch(name)
+    });
     engine.register_fn(
         "kickoff",
         |crew: &mut CrewHandle, name: &str, inputs: Map| crew.kickoff(name, &inputs),

@@ -90,6 +90,8 @@ impl EvalTool for CrewEvalTool {
             collection: Some(scope.collection.clone()),
             // Already confined to the crew's folder.
             base_dir: Some(scope.crew_dir.clone()),
+            chunking: Default::default(),
+            ephemeral: false,
         };
         let outcome = self
             .api

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use orkeon_agents::llm::ExtractiveSettings;
 use orkeon_agents::llm::extractive::ExtractiveModel;
-use orkeon_agents::llm::{ExtractiveSettings, build_chat_model};
 use orkeon_crews::ports::ChatModel;
 use orkeon_knowledge::crew_knowledge::CollectionGates;
 use orkeon_knowledge::eval::harness::{EvalHarness, EvalOptions, EvalProgress};
@@ -24,9 +24,11 @@ use orkeon_knowledge::query::{
     ProfileResolver, RagQuery, RetrieveOnly, StagedRagPipeline, resolve_options,
 };
 use orkeon_knowledge::settings::ChunkingSettings;
-use orkeon_knowledge::store::{CollectionInfo, DocumentStore, Manifest, SearchMode, SearchRequest};
+use orkeon_knowledge::store::{
+    CollectionInfo, DocumentStore, Manifest, ScratchLayer, SearchMode, SearchRequest,
+};
 use orkeon_knowledge::types::{RagAnswer, RagTrace};
-use orkeon_knowledge::validate::QuarantineEntry;
+use orkeon_knowledge::validate::{QuarantineEntry, QuarantineStore};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -132,6 +134,14 @@ pub struct EvalParams {
     /// must lie under a root ([`crate::config::Config::ingestion_roots`]), like ingestion's.
     #[serde(default)]
     pub base_dir: Option<PathBuf>,
+    /// Chunking of the dataset's corpus instead of the dataset's own `chunking:` (what is not
+    /// given keeps the dataset's, else the configured default).
+    #[serde(default)]
+    pub chunking: ChunkingOverrides,
+    /// Ingest the corpus into a throwaway collection for this evaluation alone (in memory,
+    /// dropped when it ends; BEIR files go to a temporary folder): nothing is stored.
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 /// `path` of a remote request, confined to `roots`: a relative path joins the first root; the
@@ -226,6 +236,31 @@ pub trait KnowledgeApi: Send + Sync {
         params: EvalParams,
         progress: Option<EvalProgressFn<'_>>,
     ) -> Result<EvalOutcome, ServiceError>;
+    /// Makes `collection` a throwaway collection of this process from now on: ingested, listed
+    /// and searched like any other, held in memory (`limits.max_ephemeral_chunks`), never
+    /// written to the store, gone when the process ends (or on `delete`). A stored collection
+    /// of the same name is shadowed, never touched. Only the process that uses a scratch
+    /// collection can hold it: a daemon keeps none for remote callers.
+    async fn scratch(&self, collection: &str) -> Result<(), ServiceError> {
+        Err(ServiceError::FailedPrecondition(format!(
+            "cannot make '{collection}' a throwaway collection here: a daemon keeps none for remote callers; run the script in process (without --server), or ingest into a stored collection and delete it afterwards"
+        )))
+    }
+}
+
+/// The throwaway collection of one `ephemeral` evaluation: dropped, with its temporary BEIR
+/// files, when the evaluation ends (whichever way).
+struct ScratchEval {
+    layer: ScratchLayer,
+    name: String,
+    cache_dir: PathBuf,
+}
+
+impl Drop for ScratchEval {
+    fn drop(&mut self) {
+        self.layer.store.discard(&self.name);
+        let _ = std::fs::remove_dir_all(&self.cache_dir);
+    }
 }
 
 /// What needs the embedder (loaded on first use, so listing collections loads no model).
@@ -244,6 +279,10 @@ pub struct KnowledgeApp {
     gates: Arc<CollectionGates>,
     /// The rerankers and transformers the engine's pipelines are built from.
     components: Components,
+    /// This process's throwaway collections (`store` reads through it).
+    scratch: ScratchLayer,
+    /// Numbers the throwaway collections of `ephemeral` evaluations.
+    next_scratch: std::sync::atomic::AtomicU64,
 }
 
 impl KnowledgeApp {
@@ -259,6 +298,8 @@ impl KnowledgeApp {
             storage: host.storage.clone(),
             store: host.store.clone(),
             components: host.components.clone(),
+            scratch: host.scratch.clone(),
+            next_scratch: Default::default(),
             engine: OnceCell::new_with(Some(Engine { host, resolver })),
             gates,
         }
@@ -274,13 +315,16 @@ impl KnowledgeApp {
     /// name in the configuration like the built-ins).
     pub fn open_with(config: Config, components: Components) -> anyhow::Result<Self> {
         let storage = KnowledgeHost::open_store(&config)?;
+        let scratch = KnowledgeHost::scratch_layer(&config, &storage, Arc::default());
         Ok(Self {
             config: Arc::new(config),
-            store: storage.documents.clone(),
+            store: scratch.store.clone(),
             storage,
             engine: OnceCell::new(),
             gates: Arc::default(),
             components,
+            scratch,
+            next_scratch: Default::default(),
         })
     }
 
@@ -292,13 +336,14 @@ impl KnowledgeApp {
     async fn engine(&self) -> Result<&Engine, ServiceError> {
         self.engine
             .get_or_try_init(|| async {
-                let host = KnowledgeHost::with_components(
+                let host = KnowledgeHost::with_scratch(
                     &self.config,
                     self.storage.clone(),
+                    self.scratch.clone(),
                     self.components.clone(),
                 )
                 .map_err(|e| ServiceError::FailedPrecondition(format!("{e:#}")))?;
-                let chat = build_chat_model(&self.config.llm).ok();
+                let chat = self.components.chat_model(&self.config.llm).ok();
                 let resolver = host.resolver(&self.config, chat);
                 Ok(Engine {
                     host: Arc::new(host),
@@ -508,9 +553,21 @@ impl KnowledgeApi for KnowledgeApp {
 
     async fn delete(&self, collection: &str) -> Result<(), ServiceError> {
         ServiceError::require("collection", collection)?;
-        self.require_collection(collection)?;
         let _writing = self.gates.write(collection).await;
+        if self.scratch.store.discard(collection) {
+            return Ok(());
+        }
+        self.require_collection(collection)?;
         self.store.drop_collection(collection)?;
+        Ok(())
+    }
+
+    async fn scratch(&self, collection: &str) -> Result<(), ServiceError> {
+        ServiceError::require("collection", collection)?;
+        self.scratch
+            .store
+            .add(collection)
+            .map_err(|e| ServiceError::invalid("collection", e.to_string()))?;
         Ok(())
     }
 
@@ -522,9 +579,8 @@ impl KnowledgeApi for KnowledgeApp {
         if let Some(name) = collection {
             self.require_collection(name)?;
         }
-        self.storage
-            .quarantine
-            .list(collection)
+        // Through the scratch layer: a throwaway collection's refusals are listed too.
+        QuarantineStore::list(self.scratch.quarantine.as_ref(), collection)
             .map_err(|e| ServiceError::Internal(e.to_string()))
     }
 
@@ -548,11 +604,47 @@ impl KnowledgeApi for KnowledgeApp {
                 }
             }
         };
-        let dataset = load_dataset(&params.dataset, &params.split)?;
+        let mut dataset = load_dataset(&params.dataset, &params.split)?;
         let existing = params.collection.filter(|c| !c.trim().is_empty());
         if let Some(collection) = &existing {
+            if params.ephemeral {
+                return Err(ServiceError::invalid(
+                    "ephemeral",
+                    format!(
+                        "evaluates a throwaway copy of the dataset's corpus; it cannot also evaluate the existing collection '{collection}' (drop one of the two)"
+                    ),
+                ));
+            }
             self.require_collection(collection)?;
         }
+        let defaults = dataset
+            .chunking
+            .clone()
+            .unwrap_or_else(|| self.config.rag.ingestion.default_chunking.clone());
+        if let Some(chunking) = params.chunking.resolve(&defaults) {
+            dataset.chunking = Some(chunking);
+        }
+        let mut cache_dir = self.config.data_dir.join("eval-cache");
+        let scratch = if params.ephemeral {
+            let n = self
+                .next_scratch
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("{}.scratch-{n}", dataset.collection);
+            self.scratch
+                .store
+                .add(&name)
+                .map_err(|e| ServiceError::invalid("ephemeral", e.to_string()))?;
+            dataset.collection = name.clone();
+            cache_dir =
+                std::env::temp_dir().join(format!("orkeon-eval-{}-{n}", std::process::id()));
+            Some(ScratchEval {
+                layer: self.scratch.clone(),
+                name,
+                cache_dir: cache_dir.clone(),
+            })
+        } else {
+            None
+        };
         let floors = params.gate.as_deref().map(load_floors).transpose()?;
         let engine = self.engine().await?;
         let chat: Option<Arc<dyn ChatModel>> = if params.offline {
@@ -560,7 +652,7 @@ impl KnowledgeApi for KnowledgeApp {
                 &ExtractiveSettings::default(),
             )))
         } else {
-            build_chat_model(&self.config.llm).ok()
+            self.components.chat_model(&self.config.llm).ok()
         };
         let host = &engine.host;
         let resolver = host.resolver(&self.config, chat.clone());
@@ -584,7 +676,7 @@ impl KnowledgeApi for KnowledgeApp {
             generate: params.generate,
             concurrency: params.concurrency.max(1),
             retrieve_k: params.retrieve_k,
-            cache_dir: Some(self.config.data_dir.join("eval-cache")),
+            cache_dir: Some(cache_dir),
             collection: existing.clone(),
             ..EvalOptions::default()
         };
@@ -593,7 +685,9 @@ impl KnowledgeApi for KnowledgeApp {
             Some(collection) => Some(self.gates.read(collection).await),
             None => None,
         };
-        let report = harness.run(&dataset, &options, progress).await?;
+        let report = harness.run(&dataset, &options, progress).await;
+        drop(scratch);
+        let report = report?;
         self.storage.flush()?;
         let markdown = render_markdown(&report);
         let gate = floors.map(|floors| match check_gate(&report, &floors) {
