@@ -32,6 +32,9 @@
 //! `ORKEON_BENCH_QUERIES` (50) queries. Extra environment (e.g. `ORKEON_EMBEDDINGS__THREADS=2`)
 //! reaches the Orkeon processes unchanged, which is how the levers in the README were compared.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -49,6 +52,8 @@ use orkeon_knowledge::settings::StoreSettings;
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore, SourceRecord};
 use orkeon_knowledge::types::StoredChunk;
 
+use common::{Rng, env_usize, load_average, percentile, round1, round3};
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const COLLECTION: &str = "abstracts";
@@ -57,44 +62,10 @@ const SCALE_CHUNKS: usize = 100_000;
 const SCALE_CHUNKS_PER_SOURCE: usize = 500;
 const WARMUP_QUERIES: usize = 5;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
-
 fn models_dir() -> PathBuf {
     std::env::var_os("ORKEON_MODELS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models")))
-}
-
-/// splitmix64: the corpus is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn gaussian(&mut self) -> f64 {
-        let u1 = self.unit().max(1e-12);
-        let u2 = self.unit();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
 }
 
 /// Topic families of the generated abstracts: (subjects, contexts).
@@ -528,23 +499,6 @@ impl Drop for Daemon {
     }
 }
 
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-fn percentile(samples: &[f64], q: f64) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((q * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1);
-    sorted[index]
-}
-
 /// `fast` Retrieve calls one at a time; client-side p50/p95 and per-stage trace p50s.
 async fn retrieve_series(url: &str, collection: &str, queries: &[String]) -> BenchResult<Value> {
     let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
@@ -740,12 +694,6 @@ fn run_peer(cwd: &Path, queries_file: &Path) -> BenchResult<Value> {
         .into());
     }
     Ok(serde_json::from_slice(&output.stdout)?)
-}
-
-fn load_average() -> Value {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| json!(s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
-        .unwrap_or(Value::Null)
 }
 
 fn orkeon_environment() -> Value {
