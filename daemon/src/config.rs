@@ -262,8 +262,13 @@ impl Config {
             .extract()
             .map_err(|e| ConfigError::Invalid(describe(e)))?;
         config.rag.ingestion.load_limits = config.limits.load_limits();
-        if let Err((key, reason)) = config.rag.store.check() {
-            let path = format!("rag.store.{key}");
+        let checks = [
+            ("rag.store", config.rag.store.check()),
+            ("rag.ingestion", config.rag.ingestion.check()),
+        ];
+        for (section, check) in checks {
+            let Err((key, reason)) = check else { continue };
+            let path = format!("{section}.{key}");
             let source = figment
                 .find_metadata(&path)
                 .map(|meta| source_of(meta, &path))
@@ -421,20 +426,23 @@ mod tests {
         });
     }
 
+    /// The error of loading the configuration (`file` as `--config`), which must fail.
+    fn load_error(file: Option<&str>, why: &str) -> String {
+        Config::load(file.map(Path::new), &CliOverrides::default())
+            .expect_err(why)
+            .to_string()
+    }
+
     #[test]
     fn unknown_keys_name_the_key_and_the_source() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("custom.yaml", "embeddings:\n  modle: x\n")?;
-            let err = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
-                .expect_err("unknown key is an error")
-                .to_string();
+            let err = load_error(Some("custom.yaml"), "unknown key is an error");
             assert!(err.contains("modle"), "{err}");
             assert!(err.contains("custom.yaml"), "{err}");
 
             jail.set_env("ORKEON_EMBEDDINGS__BATCH_SIZE", "many");
-            let err = Config::load(None, &CliOverrides::default())
-                .expect_err("bad value is an error")
-                .to_string();
+            let err = load_error(None, "bad value is an error");
             assert!(err.contains("embeddings.batch_size"), "{err}");
             assert!(err.contains("ORKEON_EMBEDDINGS__BATCH_SIZE"), "{err}");
             Ok(())
@@ -445,19 +453,21 @@ mod tests {
     fn out_of_range_store_values_name_the_key_and_the_source() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("custom.yaml", "rag:\n  store:\n    hnsw_min_recall: 1.5\n")?;
-            let err = Config::load(Some(Path::new("custom.yaml")), &CliOverrides::default())
-                .expect_err("a recall above 1 is an error")
-                .to_string();
+            let err = load_error(Some("custom.yaml"), "a recall above 1 is an error");
             assert!(err.contains("rag.store.hnsw_min_recall"), "{err}");
             assert!(err.contains("between 0 and 1"), "{err}");
             assert!(err.contains("custom.yaml"), "{err}");
 
             jail.set_env("ORKEON_RAG__STORE__HNSW_EF_SEARCH", "0");
-            let err = Config::load(None, &CliOverrides::default())
-                .expect_err("ef_search 0 is an error")
-                .to_string();
+            let err = load_error(None, "ef_search 0 is an error");
             assert!(err.contains("rag.store.hnsw_ef_search"), "{err}");
             assert!(err.contains("ORKEON_RAG__STORE__HNSW_EF_SEARCH"), "{err}");
+
+            jail.set_env("ORKEON_RAG__STORE__HNSW_EF_SEARCH", "100");
+            jail.set_env("ORKEON_RAG__INGESTION__EMBED_WINDOW", "0");
+            let err = load_error(None, "an empty embedding window is an error");
+            assert!(err.contains("rag.ingestion.embed_window"), "{err}");
+            assert!(err.contains("between 1 and 4096"), "{err}");
             Ok(())
         });
     }

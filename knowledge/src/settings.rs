@@ -101,6 +101,10 @@ pub struct IngestionSettings {
     pub url_max_bytes: usize,
     pub url_max_redirects: usize,
     pub suspicious_action: SuspiciousAction,
+    /// Chunks prepared (across sources) before their new ones are embedded in one call, so the
+    /// embedder's length-sorted batches mix sources; bounds the chunks an ingestion holds in
+    /// memory besides one oversized source. 1 to [`MAX_EMBED_WINDOW`].
+    pub embed_window: usize,
     /// What the loaders may expand a document to. Not a `rag.ingestion` key: the daemon
     /// carries these over from its `limits:` section.
     #[serde(skip)]
@@ -151,9 +155,29 @@ impl Default for IngestionSettings {
             url_max_bytes: 5 * 1024 * 1024,
             url_max_redirects: 5,
             suspicious_action: SuspiciousAction::Flag,
+            embed_window: 64,
             load_limits: LoadLimits::default(),
             url_exempt_addrs: Vec::new(),
         }
+    }
+}
+
+/// Largest `rag.ingestion.embed_window`.
+pub const MAX_EMBED_WINDOW: usize = 4096;
+
+impl IngestionSettings {
+    /// The first out-of-range value, as (key under `rag.ingestion`, what is wrong).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !(1..=MAX_EMBED_WINDOW).contains(&self.embed_window) {
+            return Err((
+                "embed_window",
+                format!(
+                    "must be between 1 and {MAX_EMBED_WINDOW} chunks, found {}",
+                    self.embed_window
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

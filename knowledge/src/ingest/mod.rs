@@ -28,6 +28,10 @@
 //!   collection is left as it was, and the error says so ([`IngestError::ReindexAborted`]).
 //!   Quarantine entries of a reindex are recorded once it is published.
 //! - Rejected documents (integrity or prompt injection) are quarantined, never searchable.
+//! - New chunks are embedded in windows of `rag.ingestion.embed_window` chunks across sources
+//!   (one embedder call each, so its length-sorted batches mix sources and carry little
+//!   padding); each source is still committed alone, in request order, while the next window
+//!   is prepared and embedded.
 //!
 //! Ingestion of one collection is serialised (concurrent requests for the same collection run
 //! one after the other, so the second finds a fresh manifest and does no work).
@@ -443,14 +447,19 @@ impl IngestionPipeline {
             }
         }
 
-        // One source's commit runs on a blocking thread while the next source is fetched,
-        // chunked and embedded: the model never waits for sled or tantivy. Commits stay in
-        // source order (the previous one is awaited before the next starts).
+        // Sources are prepared (fetched, validated, chunked) into a window of at most
+        // `rag.ingestion.embed_window` chunks, whose new chunks are embedded in ONE call: the
+        // embedder sorts them by length across sources, so its batches carry little padding
+        // and its workers stay busy. The window's commits (one batch per source, in source
+        // order) then run on a blocking thread while the next window is prepared and
+        // embedded: the model never waits for sled or tantivy.
         let total = expansion.sources.len();
-        let mut in_flight: Option<CommitJob> = None;
+        let window_chunks = self.settings.embed_window.max(1);
+        let mut window = Window::default();
+        let mut in_flight: Option<WindowCommit> = None;
         for (index, source) in expansion.sources.iter().enumerate() {
-            let outcome = match self
-                .ingest_source(
+            let prepared = self
+                .prepare_source(
                     target,
                     source,
                     &records,
@@ -459,42 +468,143 @@ impl IngestionPipeline {
                     profile,
                     report,
                 )
-                .await
-            {
-                Ok(outcome) => outcome,
+                .await;
+            match prepared {
+                Ok(prepared) => window.push(index, &source.id, prepared),
                 Err(error) => {
-                    // The previous commit finishes (or fails) before the error is reported, so
+                    // The previous commits finish (or fail) before the error is reported, so
                     // nothing writes to the target once the caller sees the error.
                     if let Some(job) = in_flight.take() {
                         let _ = job.handle.await;
                     }
                     return Err(error);
                 }
-            };
-            if let Some(job) = in_flight.take() {
-                self.finish_commit(target, job, report).await?;
             }
-            match outcome {
-                SourceOutcome::Skipped => report.sources_skipped += 1,
-                SourceOutcome::Quarantined | SourceOutcome::Stale => {}
-                SourceOutcome::Ready(job) => in_flight = Some(job),
-            }
-            if let Some(progress) = progress {
-                progress(IngestProgress {
-                    done: index + 1,
-                    total,
-                    source: source.id.clone(),
-                });
+            if window.chunks >= window_chunks {
+                self.flush_window(target, &mut window, &mut in_flight, total, progress, report)
+                    .await?;
             }
         }
+        self.flush_window(target, &mut window, &mut in_flight, total, progress, report)
+            .await?;
         if let Some(job) = in_flight.take() {
-            self.finish_commit(target, job, report).await?;
+            self.finish_commits(target, job, report).await?;
         }
         Ok(())
     }
 
+    /// Embeds the window's new chunks in one call, waits for the previous window's commits,
+    /// starts this window's and reports each of its sources' progress, in source order.
+    async fn flush_window(
+        &self,
+        target: &Arc<Target>,
+        window: &mut Window,
+        in_flight: &mut Option<WindowCommit>,
+        total: usize,
+        progress: Option<&(dyn Fn(IngestProgress) + Send + Sync)>,
+        report: &mut IngestReport,
+    ) -> Result<(), IngestError> {
+        let mut entries = std::mem::take(window).entries;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let embedded = self.embed_window(&mut entries, report).await;
+        let previous = in_flight.take();
+        if let Err(error) = embedded {
+            if let Some(job) = previous {
+                let _ = job.handle.await;
+            }
+            return Err(error);
+        }
+        if let Some(job) = previous {
+            self.finish_commits(target, job, report).await?;
+        }
+        let mut batches = Vec::new();
+        let mut committed = Vec::new();
+        for entry in &mut entries {
+            match std::mem::replace(&mut entry.state, Prepared::Skipped) {
+                Prepared::Skipped => report.sources_skipped += 1,
+                Prepared::Quarantined | Prepared::Stale => {}
+                Prepared::Ready(source) => {
+                    let batch = SourceBatch {
+                        writes: source
+                            .pending
+                            .into_iter()
+                            .map(|(record, chunks)| SourceWrite { record, chunks })
+                            .collect(),
+                        deletes: source.deletes,
+                    };
+                    committed.push(CommittedSource {
+                        upserted: batch.writes.iter().map(|w| w.chunks.len()).sum(),
+                        kept_parts: source.kept_parts,
+                    });
+                    batches.push(batch);
+                }
+            }
+        }
+        if !batches.is_empty() {
+            let store = self.store.clone();
+            let writer = Arc::clone(target);
+            // One batch (one transaction) per source, in order; the first failure stops.
+            let handle = tokio::task::spawn_blocking(move || {
+                let mut removed = Vec::with_capacity(batches.len());
+                for batch in batches {
+                    match writer.commit(&*store, batch) {
+                        Ok(outcome) => removed.push(Ok(outcome.sources_deleted)),
+                        Err(error) => {
+                            removed.push(Err(error));
+                            break;
+                        }
+                    }
+                }
+                removed
+            });
+            *in_flight = Some(WindowCommit {
+                handle,
+                sources: committed,
+            });
+        }
+        if let Some(progress) = progress {
+            for entry in &entries {
+                progress(IngestProgress {
+                    done: entry.index + 1,
+                    total,
+                    source: entry.source.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Embeds every chunk of the window that has no vector yet, in one embedder call.
+    async fn embed_window(
+        &self,
+        entries: &mut [WindowEntry],
+        report: &mut IngestReport,
+    ) -> Result<(), IngestError> {
+        let texts: Vec<String> = new_chunks(entries).map(|c| c.text.clone()).collect();
+        if texts.is_empty() {
+            return Ok(());
+        }
+        let count = texts.len();
+        let vectors = self.embedder.embed_documents(texts).await?;
+        if vectors.len() != count {
+            return Err(EmbedError::Inference(format!(
+                "embedder returned {} vectors for {count} chunks",
+                vectors.len()
+            ))
+            .into());
+        }
+        for (chunk, vector) in new_chunks(entries).zip(vectors) {
+            chunk.vector = vector;
+        }
+        report.chunks_embedded += count;
+        Ok(())
+    }
+
+    /// Fetches, validates and chunks one source; its new chunks still lack their vectors.
     #[allow(clippy::too_many_arguments)]
-    async fn ingest_source(
+    async fn prepare_source(
         &self,
         target: &Arc<Target>,
         source: &SourceRef,
@@ -503,7 +613,7 @@ impl IngestionPipeline {
         chunking_label: &str,
         profile: &EmbeddingProfile,
         report: &mut IngestReport,
-    ) -> Result<SourceOutcome, IngestError> {
+    ) -> Result<Prepared, IngestError> {
         let collection = target.collection.as_str();
         let profile_label = profile.to_string();
         let previous = part_ids_of(records, &source.id);
@@ -534,7 +644,7 @@ impl IngestionPipeline {
                 })
             });
         if unchanged {
-            return Ok(SourceOutcome::Skipped);
+            return Ok(Prepared::Skipped);
         }
 
         if let Verdict::Rejected { reasons } = self.integrity.check_raw(&source.id, &raw) {
@@ -544,7 +654,7 @@ impl IngestionPipeline {
                 target, source, &previous, &file_hash, &reason, &excerpt, report,
             )
             .await?;
-            return Ok(SourceOutcome::Quarantined);
+            return Ok(Prepared::Quarantined);
         }
         let parsed =
             load::parse_blocking(source.clone(), raw, self.settings.load_limits.clone()).await;
@@ -558,7 +668,7 @@ impl IngestionPipeline {
                 if previous.is_empty() {
                     self.reject(target, source, &previous, &file_hash, &reason, "", report)
                         .await?;
-                    return Ok(SourceOutcome::Quarantined);
+                    return Ok(Prepared::Quarantined);
                 }
                 return self
                     .load_failed(target, source, records, &previous, &reason, report)
@@ -645,38 +755,6 @@ impl IngestionPipeline {
             pending.push((record, stored));
         }
 
-        // Embed what is new, in one call for the whole file (length-sorted batches inside).
-        let missing: Vec<(usize, usize)> = pending
-            .iter()
-            .enumerate()
-            .flat_map(|(p, (_, chunks))| {
-                chunks
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.vector.is_empty())
-                    .map(move |(c, _)| (p, c))
-            })
-            .collect();
-        if !missing.is_empty() {
-            let texts = missing
-                .iter()
-                .map(|&(p, c)| pending[p].1[c].text.clone())
-                .collect();
-            let vectors = self.embedder.embed_documents(texts).await?;
-            if vectors.len() != missing.len() {
-                return Err(EmbedError::Inference(format!(
-                    "embedder returned {} vectors for {} chunks",
-                    vectors.len(),
-                    missing.len()
-                ))
-                .into());
-            }
-            for (&(p, c), vector) in missing.iter().zip(vectors) {
-                pending[p].1[c].vector = vector;
-            }
-            report.chunks_embedded += missing.len();
-        }
-
         if kept_parts.is_empty() {
             // Every part was refused: whatever of the file was searchable goes too.
             if !previous.is_empty() {
@@ -691,54 +769,43 @@ impl IngestionPipeline {
                     .await?;
                 report.sources_removed += outcome.sources_deleted;
             }
-            return Ok(SourceOutcome::Quarantined);
+            return Ok(Prepared::Quarantined);
         }
-        // Every part, and the removal of the parts that disappeared, in ONE batch — started
-        // now, awaited by the caller after it has prepared the next source.
-        let store = self.store.clone();
-        let writer = Arc::clone(target);
-        let batch = SourceBatch {
-            writes: pending
-                .into_iter()
-                .map(|(record, chunks)| SourceWrite { record, chunks })
-                .collect(),
-            deletes: previous
-                .iter()
-                .filter(|id| !kept_parts.contains(**id))
-                .map(|id| id.to_string())
-                .collect(),
-        };
-        let upserted: usize = batch.writes.iter().map(|w| w.chunks.len()).sum();
-        let handle = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
-            writer
-                .commit(&*store, batch)
-                .map(|outcome| outcome.sources_deleted)
-        });
-        Ok(SourceOutcome::Ready(CommitJob {
-            handle,
-            upserted,
+        // Every part, and the removal of the parts that disappeared, in ONE batch, once the
+        // window it waits in is embedded.
+        let deletes = previous
+            .iter()
+            .filter(|id| !kept_parts.contains(**id))
+            .map(|id| id.to_string())
+            .collect();
+        Ok(Prepared::Ready(PreparedSource {
+            pending,
+            deletes,
             kept_parts,
         }))
     }
 
-    /// Waits for a source's commit and records its outcome.
-    async fn finish_commit(
+    /// Waits for a window's commits and records their outcomes, in source order.
+    async fn finish_commits(
         &self,
         target: &Target,
-        job: CommitJob,
+        job: WindowCommit,
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
-        let removed = job
+        let results = job
             .handle
             .await
-            .map_err(|e| IngestError::Task(e.to_string()))??;
-        report.chunks_upserted += job.upserted;
-        report.sources_removed += removed;
-        report.sources_ingested += 1;
-        for part in &job.kept_parts {
-            self.quarantine
-                .remove(&target.collection, part)
-                .map_err(|e| IngestError::Quarantine(e.to_string()))?;
+            .map_err(|e| IngestError::Task(e.to_string()))?;
+        for (source, result) in job.sources.iter().zip(results) {
+            let removed = result?;
+            report.chunks_upserted += source.upserted;
+            report.sources_removed += removed;
+            report.sources_ingested += 1;
+            for part in &source.kept_parts {
+                self.quarantine
+                    .remove(&target.collection, part)
+                    .map_err(|e| IngestError::Quarantine(e.to_string()))?;
+            }
         }
         Ok(())
     }
@@ -790,12 +857,12 @@ impl IngestionPipeline {
         previous: &[&str],
         reason: &str,
         report: &mut IngestReport,
-    ) -> Result<SourceOutcome, IngestError> {
+    ) -> Result<Prepared, IngestError> {
         let collection = target.collection.as_str();
         if previous.is_empty() {
             self.reject(target, source, previous, "", reason, "", report)
                 .await?;
-            return Ok(SourceOutcome::Quarantined);
+            return Ok(Prepared::Quarantined);
         }
         tracing::warn!(
             collection,
@@ -813,7 +880,7 @@ impl IngestionPipeline {
                 .is_some_and(|r| r.stale.as_deref() == Some(reason))
         });
         if already_marked {
-            return Ok(SourceOutcome::Stale);
+            return Ok(Prepared::Stale);
         }
         let mut writes = Vec::with_capacity(previous.len());
         for id in previous {
@@ -834,7 +901,7 @@ impl IngestionPipeline {
             },
         )
         .await?;
-        Ok(SourceOutcome::Stale)
+        Ok(Prepared::Stale)
     }
 
     /// Quarantines a whole source and purges, in one batch, whatever of it was searchable.
@@ -1023,18 +1090,84 @@ impl Drop for RebuildGuard {
     }
 }
 
-enum SourceOutcome {
+/// What preparing a source came to.
+enum Prepared {
     Skipped,
     Quarantined,
     /// Could not be loaded; its last good content is kept, marked stale.
     Stale,
-    /// Prepared and embedded; its commit is running.
-    Ready(CommitJob),
+    /// Loaded, validated and chunked; waits in the window for its vectors and its commit.
+    Ready(PreparedSource),
 }
 
-/// A source's commit in flight.
-struct CommitJob {
-    handle: tokio::task::JoinHandle<Result<usize, StoreError>>,
+/// A source's parts, each with its chunks (new ones without a vector yet), and the parts it
+/// no longer has.
+struct PreparedSource {
+    pending: Vec<(SourceRecord, Vec<StoredChunk>)>,
+    deletes: Vec<String>,
+    kept_parts: BTreeSet<String>,
+}
+
+impl Prepared {
+    /// Chunks the window holds for this source.
+    fn chunks(&self) -> usize {
+        match self {
+            Prepared::Ready(source) => source.pending.iter().map(|(_, c)| c.len()).sum(),
+            _ => 0,
+        }
+    }
+}
+
+/// Prepared sources waiting to be embedded together, in source order.
+#[derive(Default)]
+struct Window {
+    entries: Vec<WindowEntry>,
+    /// Chunks held by the entries.
+    chunks: usize,
+}
+
+struct WindowEntry {
+    /// The source's position in the request (for progress).
+    index: usize,
+    source: String,
+    state: Prepared,
+}
+
+impl Window {
+    fn push(&mut self, index: usize, source: &str, state: Prepared) {
+        self.chunks += state.chunks();
+        self.entries.push(WindowEntry {
+            index,
+            source: source.to_string(),
+            state,
+        });
+    }
+}
+
+/// The window's chunks that have no vector yet, in window order.
+fn new_chunks(entries: &mut [WindowEntry]) -> impl Iterator<Item = &mut StoredChunk> {
+    entries
+        .iter_mut()
+        .filter_map(|entry| match &mut entry.state {
+            Prepared::Ready(source) => Some(source),
+            _ => None,
+        })
+        .flat_map(|source| {
+            source
+                .pending
+                .iter_mut()
+                .flat_map(|(_, chunks)| chunks.iter_mut())
+        })
+        .filter(|chunk| chunk.vector.is_empty())
+}
+
+/// A window's commits in flight: one result per source committed, up to the first failure.
+struct WindowCommit {
+    handle: tokio::task::JoinHandle<Vec<Result<usize, StoreError>>>,
+    sources: Vec<CommittedSource>,
+}
+
+struct CommittedSource {
     upserted: usize,
     kept_parts: BTreeSet<String>,
 }

@@ -45,13 +45,29 @@ fn fixture() -> Fixture {
 }
 
 fn pipeline(f: &Fixture, embedder: Arc<dyn Embedder>) -> Arc<IngestionPipeline> {
+    pipeline_with(f, embedder, IngestionSettings::default())
+}
+
+fn pipeline_with(
+    f: &Fixture,
+    embedder: Arc<dyn Embedder>,
+    settings: IngestionSettings,
+) -> Arc<IngestionPipeline> {
     let quarantine = f.store.quarantine().expect("quarantine");
     Arc::new(IngestionPipeline::new(
         f.store.clone() as Arc<dyn DocumentStore>,
         embedder,
         quarantine,
-        IngestionSettings::default(),
+        settings,
     ))
+}
+
+/// Settings embedding each source alone (a window of one chunk).
+fn one_source_per_call() -> IngestionSettings {
+    IngestionSettings {
+        embed_window: 1,
+        ..IngestionSettings::default()
+    }
 }
 
 fn request(f: &Fixture, reindex: bool) -> IngestRequest {
@@ -487,16 +503,32 @@ async fn every_row_of_a_csv_lands_in_one_batch() {
     assert_eq!(report.chunks_embedded, 2, "{report:?}");
 }
 
-/// An embedder whose `embed_documents` fails from its `fail_from`-th call on (counting from
-/// 0): an embedding endpoint going down half-way through a reindex.
-struct FailingEmbedder {
+/// A hash embedder that records how many texts each `embed_documents` call carried, and
+/// fails from its `fail_from`-th call on (counting from 0): e.g. an embedding endpoint going
+/// down half-way through a reindex.
+struct WatchedEmbedder {
     inner: HashEmbedder,
-    calls: std::sync::atomic::AtomicUsize,
+    calls: std::sync::Mutex<Vec<usize>>,
     fail_from: usize,
 }
 
+impl WatchedEmbedder {
+    fn new(model: &str, fail_from: usize) -> Arc<Self> {
+        Arc::new(Self {
+            inner: HashEmbedder::named(model, 128),
+            calls: Default::default(),
+            fail_from,
+        })
+    }
+
+    /// Texts per call so far.
+    fn calls(&self) -> Vec<usize> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
 #[async_trait::async_trait]
-impl Embedder for FailingEmbedder {
+impl Embedder for WatchedEmbedder {
     fn profile(&self) -> EmbeddingProfile {
         self.inner.profile()
     }
@@ -504,7 +536,11 @@ impl Embedder for FailingEmbedder {
         self.inner.token_counter()
     }
     async fn embed_documents(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let call = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(texts.len());
+            calls.len() - 1
+        };
         if call >= self.fail_from {
             return Err(EmbedError::Remote("connection refused".into()));
         }
@@ -570,14 +606,7 @@ async fn a_reindex_builds_beside_the_live_collection_and_a_failed_one_changes_no
         let (store, during) = (f.store.clone(), during.clone());
         move |_: IngestProgress| during.lock().unwrap().push(view(&store))
     };
-    let failing = pipeline(
-        &f,
-        Arc::new(FailingEmbedder {
-            inner: HashEmbedder::named("hash-b", 128),
-            calls: Default::default(),
-            fail_from: 2,
-        }),
-    );
+    let failing = pipeline_with(&f, WatchedEmbedder::new("hash-b", 2), one_source_per_call());
     let error = failing
         .ingest(&request(&f, true), Some(&progress))
         .await
@@ -700,4 +729,105 @@ async fn every_chunk_records_its_token_count_for_assembly() {
         }
     }
     assert_eq!(seen, 3, "refunds.md and two CSV rows");
+}
+
+/// Twelve one-chunk Markdown files beside the fixture's two.
+fn many_small_sources(f: &Fixture) {
+    for i in 0..12 {
+        std::fs::write(
+            f.corpus.join(format!("note-{i:02}.md")),
+            format!(
+                "Note {i}: the depot in town {i} opens at {} o'clock.\n",
+                7 + i % 3
+            ),
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn new_chunks_of_many_sources_are_embedded_together_within_the_window() {
+    let f = fixture();
+    many_small_sources(&f);
+    let recording = WatchedEmbedder::new("hash-a", usize::MAX);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let progress = {
+        let seen = seen.clone();
+        move |p: IngestProgress| seen.lock().unwrap().push((p.done, p.total, p.source))
+    };
+    let report = pipeline(&f, recording.clone())
+        .ingest(&request(&f, false), Some(&progress))
+        .await
+        .expect("ingest");
+    assert_eq!(report.sources_total, 14, "{report:?}");
+    assert_eq!(report.sources_ingested, 14, "{report:?}");
+    let calls = recording.calls();
+    assert_eq!(
+        calls,
+        [report.chunks_embedded],
+        "one call for all: {calls:?}"
+    );
+    assert_eq!(report.chunks_upserted, report.chunks_embedded);
+    // Progress: every source once, in request order, although they were embedded together.
+    let seen = seen.lock().unwrap().clone();
+    let done: Vec<usize> = seen.iter().map(|(done, _, _)| *done).collect();
+    assert_eq!(done, (1..=14).collect::<Vec<_>>(), "{seen:?}");
+    assert!(seen.iter().all(|(_, total, _)| *total == 14));
+
+    // Searchable like sources embedded one by one: same chunks, same vectors (the hash
+    // embedder's vectors do not depend on their batch-mates).
+    let g = fixture();
+    many_small_sources(&g);
+    let alone = WatchedEmbedder::new("hash-a", usize::MAX);
+    let report_alone = pipeline_with(&g, alone.clone(), one_source_per_call())
+        .ingest(&request(&g, false), None)
+        .await
+        .expect("ingest");
+    assert_eq!(alone.calls().len(), 14, "one call per source");
+    assert_eq!(report_alone.chunks_embedded, report.chunks_embedded);
+    for id in source_ids(&f) {
+        let together = f.store.chunks_of_source("kb", &id).unwrap();
+        let one_by_one = g.store.chunks_of_source("kb", &id).unwrap();
+        assert_eq!(together, one_by_one, "{id}");
+    }
+
+    // Unchanged, nothing is embedded; one edited source is embedded alone.
+    recording.calls.lock().unwrap().clear();
+    std::fs::write(
+        f.corpus.join("note-03.md"),
+        "Note 3 moved to the harbour.\n",
+    )
+    .unwrap();
+    let again = pipeline(&f, recording.clone())
+        .ingest(&request(&f, false), None)
+        .await
+        .expect("re-ingest");
+    assert_eq!(again.sources_skipped, 13, "{again:?}");
+    assert_eq!(again.sources_ingested, 1, "{again:?}");
+    assert_eq!(recording.calls(), [1]);
+}
+
+#[tokio::test]
+async fn a_small_window_splits_the_embedding_calls_and_commits_every_source() {
+    let f = fixture();
+    many_small_sources(&f);
+    let recording = WatchedEmbedder::new("hash-a", usize::MAX);
+    let settings = IngestionSettings {
+        embed_window: 5,
+        ..IngestionSettings::default()
+    };
+    let report = pipeline_with(&f, recording.clone(), settings)
+        .ingest(&request(&f, false), None)
+        .await
+        .expect("ingest");
+    let calls = recording.calls();
+    assert!(calls.len() >= 3, "a window of 5 chunks: {calls:?}");
+    assert_eq!(calls.iter().sum::<usize>(), report.chunks_embedded);
+    assert_eq!(report.sources_ingested, 14, "{report:?}");
+    assert_eq!(
+        source_ids(&f).len(),
+        15,
+        "every part committed: {:?}",
+        source_ids(&f)
+    );
 }
