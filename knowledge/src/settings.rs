@@ -22,10 +22,18 @@ pub struct EmbeddingSettings {
     pub models_dir: Option<PathBuf>,
     /// Cache for downloaded models and the ONNX Runtime library (default: the user cache dir).
     pub cache_dir: Option<PathBuf>,
-    /// Inputs per ONNX Runtime call (a measured choice: int8 models run fastest at 1–2 here).
+    /// Query–passage pairs per ONNX Runtime call of the cross-encoder (reranker).
     pub batch_size: usize,
-    /// ONNX Runtime intra-op threads.
+    /// ONNX Runtime intra-op threads of the session that embeds queries (one text at a time,
+    /// so its latency is what threads buy) and of the cross-encoder.
     pub threads: usize,
+    /// Intra-op threads of each session that embeds documents (ingestion). The document pool
+    /// holds one session per `document_threads` cores, loaded at the first document batch;
+    /// equal to `threads`, documents share the query session instead (less memory, slower
+    /// ingestion on small machines: see README, Performance).
+    pub document_threads: usize,
+    /// Texts per ONNX Runtime call when embedding documents (length-sorted, so they pad little).
+    pub document_batch_size: usize,
     /// OpenAI-compatible endpoint settings (used when `provider: openai`).
     pub openai: OpenAiEmbeddingSettings,
 }
@@ -39,6 +47,8 @@ impl Default for EmbeddingSettings {
             cache_dir: None,
             batch_size: 2,
             threads: 2,
+            document_threads: 1,
+            document_batch_size: 1,
             openai: OpenAiEmbeddingSettings::default(),
         }
     }

@@ -139,9 +139,9 @@ const QUERY: &str = "How many people live in Berlin?";
 const BERLIN: &str = "Berlin has a population of 3,520,031 registered inhabitants";
 const NEW_YORK: &str = "New York City is famous for the Metropolitan Museum of Art.";
 
-fn settings(batch_size: usize) -> EmbeddingSettings {
+fn settings(document_batch_size: usize) -> EmbeddingSettings {
     EmbeddingSettings {
-        batch_size,
+        document_batch_size,
         ..EmbeddingSettings::default()
     }
 }
@@ -182,6 +182,39 @@ async fn bge_ranks_berlin_above_new_york_with_readme_cosines() {
         "one query batch, one batch of two passages"
     );
     assert!(stats.inference_ns > 0);
+}
+
+#[tokio::test]
+async fn documents_embed_alike_on_their_own_sessions_and_on_the_query_session() {
+    let dir = models_dir().join("bge-small-en-v1.5");
+    let own = OnnxEmbedder::load(&dir, &settings(1)).expect("bge loads");
+    let shared_settings = EmbeddingSettings {
+        document_threads: EmbeddingSettings::default().threads,
+        ..settings(1)
+    };
+    let shared = OnnxEmbedder::load(&dir, &shared_settings).expect("bge loads");
+    let texts = vec![
+        BERLIN.to_string(),
+        NEW_YORK.to_string(),
+        "word ".repeat(300),
+    ];
+    let on_own = own
+        .embed_documents(texts.clone())
+        .await
+        .expect("own sessions");
+    let on_shared = shared
+        .embed_documents(texts.clone())
+        .await
+        .expect("query session");
+    for (i, (a, b)) in on_own.iter().zip(&on_shared).enumerate() {
+        let similarity = cosine(a, b);
+        assert!(similarity >= 0.999, "text {i}: cosine {similarity}");
+    }
+    // The document sessions' work is counted with the query session's.
+    own.embed_query(QUERY).await.expect("query");
+    let stats = own.stats();
+    assert_eq!((stats.inputs, stats.batches), (4, 4), "batches of one");
+    assert_eq!(shared.stats().inputs, 3);
 }
 
 #[tokio::test]

@@ -57,7 +57,7 @@ impl CrossEncoder {
             None => DEFAULT_MAX_TOKENS,
         };
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
-        let pool = SessionPool::load(&model, settings, &["logits"])?;
+        let pool = SessionPool::load(&model, settings, settings.threads, &["logits"])?;
         tracing::info!(model = %name, max_tokens, "cross-encoder loaded");
         Ok(Self {
             pool,

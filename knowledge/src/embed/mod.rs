@@ -67,6 +67,17 @@ pub struct EmbedStats {
     pub inference_ns: u64,
 }
 
+impl EmbedStats {
+    /// The counters of two runtimes together.
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            inputs: self.inputs + other.inputs,
+            batches: self.batches + other.batches,
+            inference_ns: self.inference_ns + other.inference_ns,
+        }
+    }
+}
+
 /// Why embedding failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {

@@ -2,10 +2,17 @@
 //!
 //! Texts are tokenized without the tokenizer file's own padding/truncation, cut to the model's
 //! maximum (keeping `[SEP]`), sorted by token length and grouped into batches of
-//! `embeddings.batch_size`, each padded to its longest member; the output is pooled (CLS or
-//! masked mean), L2-normalised and put back in input order. Queries get the model's prefix and
-//! run alone (a batch of one: with dynamic int8 quantisation a vector depends slightly on its
-//! batch-mates).
+//! `embeddings.document_batch_size`, each padded to its longest member; the output is pooled
+//! (CLS or masked mean), L2-normalised and put back in input order. Queries get the model's
+//! prefix and run alone (a batch of one: with dynamic int8 quantisation a vector depends
+//! slightly on its batch-mates).
+//!
+//! Sessions: queries run on one session of `embeddings.threads` intra-op threads (one text, so
+//! threads are what cut its latency). Documents run on a pool of their own, one session per
+//! `embeddings.document_threads` cores, loaded at the first document batch: on a small machine
+//! independent single-thread sessions keep every core busy where one multi-threaded session
+//! waits at each operator's barrier. With `document_threads` equal to `threads`, documents share
+//! the query session.
 //!
 //! Model parameters: when the folder's name is a catalogue entry, pooling, query prefix and
 //! maximum length come from the catalogue. Otherwise pooling comes from `pooling_config.json`
@@ -15,7 +22,7 @@
 //! `max_position_embeddings`, capped at 512 (and 512 when none says). No query prefix.
 //! Dimensions always come from the graph's output (or a probe run when it is dynamic).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -189,14 +196,62 @@ fn pool_batch(
     }
 }
 
+/// Output names an embedding graph may use (first match wins).
+const EMBEDDING_OUTPUTS: &[&str] = &[
+    "last_hidden_state",
+    "token_embeddings",
+    "sentence_embedding",
+];
+
+/// Where documents are embedded.
+enum DocumentSessions {
+    /// On the query session (`embeddings.document_threads` equal to `threads`).
+    Queries,
+    /// On sessions of their own, loaded at the first document batch: a server that only
+    /// answers queries never holds them.
+    Own {
+        model: PathBuf,
+        settings: Box<EmbeddingSettings>,
+        pool: tokio::sync::OnceCell<SessionPool>,
+    },
+}
+
 struct Shared {
-    pool: SessionPool,
+    /// Queries run here, one text at a time, on `embeddings.threads` intra-op threads.
+    queries: SessionPool,
+    documents: DocumentSessions,
     tokenizer: Arc<HfTokenCounter>,
     config: EmbeddingModelConfig,
-    batch_size: usize,
+    document_batch_size: usize,
 }
 
 impl Shared {
+    /// The sessions that embed documents, loading them on first use.
+    async fn document_pool(&self) -> Result<&SessionPool, EmbedError> {
+        let DocumentSessions::Own {
+            model,
+            settings,
+            pool,
+        } = &self.documents
+        else {
+            return Ok(&self.queries);
+        };
+        pool.get_or_try_init(|| async {
+            let (model, settings) = (model.clone(), settings.as_ref().clone());
+            tokio::task::spawn_blocking(move || {
+                SessionPool::load(
+                    &model,
+                    &settings,
+                    settings.document_threads,
+                    EMBEDDING_OUTPUTS,
+                )
+            })
+            .await
+            .map_err(|e| EmbedError::Setup(format!("loading the document sessions failed: {e}")))?
+        })
+        .await
+    }
+
     fn encode_all(&self, texts: &[String]) -> Result<Vec<TokenSequence>, EmbedError> {
         texts
             .iter()
@@ -204,19 +259,22 @@ impl Shared {
             .collect()
     }
 
-    /// Embeds already tokenized inputs in length-sorted batches; output in input order.
+    /// Embeds already tokenized inputs on `pool` in length-sorted batches of `batch_size`;
+    /// output in input order.
     async fn embed_sequences(
         &self,
+        pool: &SessionPool,
+        batch_size: usize,
         sequences: &[TokenSequence],
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let lengths: Vec<usize> = sequences.iter().map(TokenSequence::len).collect();
-        let plan = length_sorted_batches(&lengths, self.batch_size);
+        let plan = length_sorted_batches(&lengths, batch_size);
         let mut pending = Vec::with_capacity(plan.len());
         for indices in &plan {
             let members: Vec<&TokenSequence> = indices.iter().map(|&i| &sequences[i]).collect();
             let batch = PaddedBatch::pad(&members);
             let mask = batch.mask.clone();
-            pending.push((mask, self.pool.submit(batch)?));
+            pending.push((mask, pool.submit(batch)?));
         }
         let mut results: Vec<Option<Vec<f32>>> = vec![None; sequences.len()];
         for ((mask, future), indices) in pending.into_iter().zip(&plan) {
@@ -265,25 +323,29 @@ impl OnnxEmbedder {
         }
         let config = EmbeddingModelConfig::for_folder(dir)?;
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
-        let pool = SessionPool::load(
-            &model,
-            settings,
-            &[
-                "last_hidden_state",
-                "token_embeddings",
-                "sentence_embedding",
-            ],
-        )?;
-        let declared_dims = pool
+        let queries = SessionPool::load(&model, settings, settings.threads, EMBEDDING_OUTPUTS)?;
+        let declared_dims = queries
             .output_shape
             .last()
             .and_then(|&d| usize::try_from(d).ok())
             .filter(|&d| d > 0);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let documents =
+            if settings.document_threads.clamp(1, cores) == settings.threads.clamp(1, cores) {
+                DocumentSessions::Queries
+            } else {
+                DocumentSessions::Own {
+                    model,
+                    settings: Box::new(settings.clone()),
+                    pool: tokio::sync::OnceCell::new(),
+                }
+            };
         let shared = Arc::new(Shared {
-            pool,
+            queries,
+            documents,
             tokenizer,
             config,
-            batch_size: settings.batch_size.max(1),
+            document_batch_size: settings.document_batch_size.max(1),
         });
         let dimensions = match declared_dims {
             Some(d) => d,
@@ -321,7 +383,9 @@ fn probe_dimensions(shared: &Arc<Shared>) -> Result<usize, EmbedError> {
             .map_err(|e| EmbedError::Setup(format!("cannot start a probe runtime: {e}")))?;
         runtime.block_on(async {
             let sequences = shared.encode_all(&["probe".to_string()])?;
-            let vectors = shared.embed_sequences(&sequences).await?;
+            let vectors = shared
+                .embed_sequences(&shared.queries, 1, &sequences)
+                .await?;
             vectors
                 .first()
                 .map(Vec::len)
@@ -351,7 +415,10 @@ impl Embedder for OnnxEmbedder {
         let sequences = tokio::task::spawn_blocking(move || shared.encode_all(&texts))
             .await
             .map_err(|e| EmbedError::Inference(format!("tokenizing task failed: {e}")))??;
-        self.shared.embed_sequences(&sequences).await
+        let pool = self.shared.document_pool().await?;
+        self.shared
+            .embed_sequences(pool, self.shared.document_batch_size, &sequences)
+            .await
     }
 
     async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
@@ -365,7 +432,7 @@ impl Embedder for OnnxEmbedder {
             .encode_single(&text, self.shared.config.max_tokens)?;
         let mut vectors = self
             .shared
-            .embed_sequences(std::slice::from_ref(&sequence))
+            .embed_sequences(&self.shared.queries, 1, std::slice::from_ref(&sequence))
             .await?;
         vectors
             .pop()
@@ -373,7 +440,14 @@ impl Embedder for OnnxEmbedder {
     }
 
     fn stats(&self) -> EmbedStats {
-        self.shared.pool.stats()
+        let queries = self.shared.queries.stats();
+        match &self.shared.documents {
+            DocumentSessions::Own { pool, .. } => match pool.get() {
+                Some(documents) => queries.plus(documents.stats()),
+                None => queries,
+            },
+            DocumentSessions::Queries => queries,
+        }
     }
 }
 

@@ -99,17 +99,19 @@ pub(crate) struct SessionPool {
 }
 
 impl SessionPool {
-    /// Loads `model.onnx` once per worker. Workers × `settings.threads` intra-op threads stay
-    /// within the machine's cores (at least one worker). `preferred_outputs` picks the output
-    /// by name (first match), else the graph's first output is used.
+    /// Loads `model.onnx` once per worker. Workers × `threads` intra-op threads stay within the
+    /// machine's cores (at least one worker). `settings` locate ONNX Runtime.
+    /// `preferred_outputs` picks the output by name (first match), else the graph's first
+    /// output is used.
     pub fn load(
         model: &Path,
         settings: &EmbeddingSettings,
+        threads: usize,
         preferred_outputs: &[&str],
     ) -> Result<Self, EmbedError> {
         let (_, env) = super::runtime::environment(settings)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = settings.threads.clamp(1, cores);
+        let threads = threads.clamp(1, cores);
         let worker_count = (cores / threads).max(1);
         let load_failed = |e: &dyn std::fmt::Display| {
             EmbedError::Setup(format!("cannot load ONNX model {}: {e}", model.display()))
