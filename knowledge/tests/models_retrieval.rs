@@ -237,12 +237,11 @@ fn step<'a>(answer: &'a RagAnswer, stage: &str) -> &'a TraceStep {
 #[tokio::test]
 async fn balanced_reranks_hybrid_candidates_with_the_cross_encoder() {
     let (_dir, deps) = support_fixture().await;
-    let p = StagedRagPipeline::new(
-        "balanced",
-        resolve_options("balanced", &RagSettings::default()).unwrap(),
-        deps,
-    )
-    .unwrap();
+    // A skip_gap above 1 keeps this decisive question reranked (min-max scores lie in [0, 1]).
+    let mut rag = RagSettings::default();
+    rag.rerank.skip_gap = Some(2.0);
+    let p = StagedRagPipeline::new("balanced", resolve_options("balanced", &rag).unwrap(), deps)
+        .unwrap();
     let answer = retrieve_only(
         &p,
         &RagQuery::new("How many people live in Berlin?", COLLECTION).with_top_n(3),
@@ -274,8 +273,10 @@ async fn balanced_reranks_hybrid_candidates_with_the_cross_encoder() {
     assert!(answer.citations[1].score < best.score);
 
     // With `blend: replace` the cross-encoder's logits rank alone, labelled as such.
-    let rag: RagSettings =
-        serde_json::from_value(serde_json::json!({"rerank": {"blend": "replace"}})).unwrap();
+    let rag: RagSettings = serde_json::from_value(
+        serde_json::json!({"rerank": {"blend": "replace", "skip_gap": 2.0}}),
+    )
+    .unwrap();
     let (_dir, deps) = support_fixture().await;
     let p = StagedRagPipeline::new("balanced", resolve_options("balanced", &rag).unwrap(), deps)
         .unwrap();

@@ -646,8 +646,9 @@ async fn convex_fusion_and_rerank_blending_are_traced_and_labelled() {
     )
     .with_top_n(3);
 
-    // The balanced preset fuses by convex fusion and blends the reranker in, and says so.
-    let rag = settings(serde_json::json!({"rerank": {"kind": "by-length"}}));
+    // The balanced preset fuses by convex fusion and blends the reranker in, and says so
+    // (a skip_gap above 1 keeps this decisive question reranked).
+    let rag = settings(serde_json::json!({"rerank": {"kind": "by-length", "skip_gap": 2.0}}));
     let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
         .await
         .unwrap();
@@ -683,7 +684,7 @@ async fn convex_fusion_and_rerank_blending_are_traced_and_labelled() {
         "retrieval": {"hybrid": {"fusion": "convex", "normalization": "zscore",
                                  "vector_weight": 0.75, "bm25_weight": 0.25}},
         "rerank": {"kind": "by-length", "blend": "rrf", "blend_weight": 0.25, "candidates": 6,
-                   "max_passage_chars": 200}
+                   "max_passage_chars": 200, "skip_gap": 100.0}
     }));
     let answer = retrieve_only(&pipeline("balanced", &rag, &fx.deps), &question)
         .await
@@ -851,6 +852,15 @@ async fn a_decisive_retrieval_skips_the_reranker_and_says_why() {
             .iter()
             .all(|c| c.score_origin == ScoreOrigin::RerankBlend)
     );
+
+    // The balanced preset decides by its own gap (0.2) when no key is set, and traces it.
+    let preset = settings(serde_json::json!({"rerank": {"kind": "by-length"}}));
+    let answer = retrieve_only(&pipeline("balanced", &preset, &fx.deps), &question)
+        .await
+        .unwrap();
+    let rerank = &step(&answer, "rerank").detail;
+    let gap = rerank["skip_gap"].as_f64().unwrap();
+    assert!((gap - 0.2).abs() < 1e-6, "{rerank}");
 
     for (json, key) in [
         (
