@@ -194,9 +194,9 @@ pub struct RerankSettings {
     pub max_passage_chars: Option<usize>,
     /// Skip the reranker when retrieval is already decisive: when the best fused score leads
     /// the one at rank `skip_gap_rank` by at least this much (in the fused score's units:
-    /// convex fusion scores lie in [0, 1]). Preset per profile: `balanced` and `quality` 0.2,
-    /// the others always rerank; a gap above 1 never skips with min-max convex fusion. The `rerank`
-    /// trace step says when it skipped and why.
+    /// min-max convex scores lie in [0, 1]). Preset per profile: `balanced` and `quality` 0.2,
+    /// the others always rerank; a gap above 1 never skips with min-max convex fusion. The
+    /// `rerank` trace step says when it skipped and why.
     pub skip_gap: Option<f32>,
     /// The rank the best fused score is compared with for `skip_gap` (at least 2, default 2).
     pub skip_gap_rank: Option<usize>,
