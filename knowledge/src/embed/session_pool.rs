@@ -116,18 +116,32 @@ impl SessionPool {
         let load_failed = |e: &dyn std::fmt::Display| {
             EmbedError::Setup(format!("cannot load ONNX model {}: {e}", model.display()))
         };
-        let mut sessions = Vec::with_capacity(worker_count);
-        for _ in 0..worker_count {
-            let session = Session::builder(&env)
+        let load_one = || {
+            Session::builder(&env)
                 .map_err(|e| load_failed(&e))?
                 .with_intra_threads(threads)
                 .map_err(|e| load_failed(&e))?
                 .with_inter_threads(1)
                 .map_err(|e| load_failed(&e))?
                 .commit_from_file(model)
-                .map_err(|e| load_failed(&e))?;
-            sessions.push(session);
-        }
+                .map_err(|e| load_failed(&e))
+        };
+        // The sessions load side by side (graph optimisation is single-threaded): a cold
+        // ingestion waits for one load, not one per worker.
+        let sessions: Vec<Session> = std::thread::scope(|scope| {
+            let loading: Vec<_> = (0..worker_count).map(|_| scope.spawn(load_one)).collect();
+            loading
+                .into_iter()
+                .map(|handle| {
+                    handle.join().unwrap_or_else(|_| {
+                        Err(EmbedError::Setup(format!(
+                            "loading ONNX model {} panicked",
+                            model.display()
+                        )))
+                    })
+                })
+                .collect::<Result<_, _>>()
+        })?;
         // worker_count >= 1, so there is a first session.
         let first = &sessions[0];
         let mut roles = Vec::new();

@@ -30,8 +30,8 @@
 //! - Rejected documents (integrity or prompt injection) are quarantined, never searchable.
 //! - New chunks are embedded in windows of `rag.ingestion.embed_window` chunks across sources
 //!   (one embedder call each, so its length-sorted batches mix sources and carry little
-//!   padding); each source is still committed alone, in request order, while the next window
-//!   is prepared and embedded.
+//!   padding); the window's sources are then committed in one store batch (atomically: all of
+//!   them or none) while the next window is prepared and embedded.
 //!
 //! Ingestion of one collection is serialised (concurrent requests for the same collection run
 //! one after the other, so the second finds a fresh manifest and does no work).
@@ -450,12 +450,14 @@ impl IngestionPipeline {
         // Sources are prepared (fetched, validated, chunked) into a window of at most
         // `rag.ingestion.embed_window` chunks, whose new chunks are embedded in ONE call: the
         // embedder sorts them by length across sources, so its batches carry little padding
-        // and its workers stay busy. The window's commits (one batch per source, in source
-        // order) then run on a blocking thread while the next window is prepared and
-        // embedded: the model never waits for sled or tantivy.
+        // and its workers stay busy. The stages overlap: while window N is being embedded,
+        // window N+1 is prepared, and window N-1's commit (one batch for all its sources) runs
+        // on a blocking thread. The model never waits for loading, chunking, sled or tantivy,
+        // and commits still land in request order.
         let total = expansion.sources.len();
         let window_chunks = self.settings.embed_window.max(1);
         let mut window = Window::default();
+        let mut embedding: Option<WindowEmbedding> = None;
         let mut in_flight: Option<WindowCommit> = None;
         for (index, source) in expansion.sources.iter().enumerate() {
             let prepared = self
@@ -472,8 +474,10 @@ impl IngestionPipeline {
             match prepared {
                 Ok(prepared) => window.push(index, &source.id, prepared),
                 Err(error) => {
-                    // The previous commits finish (or fail) before the error is reported, so
+                    // The window being embedded is dropped (it has written nothing) and the
+                    // previous commit finishes (or fails) before the error is reported, so
                     // nothing writes to the target once the caller sees the error.
+                    drop(embedding.take());
                     if let Some(job) = in_flight.take() {
                         let _ = job.handle.await;
                     }
@@ -481,36 +485,63 @@ impl IngestionPipeline {
                 }
             }
             if window.chunks >= window_chunks {
-                self.flush_window(target, &mut window, &mut in_flight, total, progress, report)
+                let started = self.start_embedding(std::mem::take(&mut window));
+                if let Some(previous) = embedding.replace(started) {
+                    self.commit_window(target, previous, &mut in_flight, total, progress, report)
+                        .await?;
+                }
+            }
+        }
+        if !window.entries.is_empty() {
+            let started = self.start_embedding(window);
+            if let Some(previous) = embedding.replace(started) {
+                self.commit_window(target, previous, &mut in_flight, total, progress, report)
                     .await?;
             }
         }
-        self.flush_window(target, &mut window, &mut in_flight, total, progress, report)
-            .await?;
+        if let Some(last) = embedding.take() {
+            self.commit_window(target, last, &mut in_flight, total, progress, report)
+                .await?;
+        }
         if let Some(job) = in_flight.take() {
             self.finish_commits(target, job, report).await?;
         }
         Ok(())
     }
 
-    /// Embeds the window's new chunks in one call, waits for the previous window's commits,
-    /// starts this window's and reports each of its sources' progress, in source order.
-    async fn flush_window(
+    /// Starts embedding the window's chunks that have no vector yet, in one embedder call on
+    /// a task of its own (so that the next window is prepared meanwhile).
+    fn start_embedding(&self, mut window: Window) -> WindowEmbedding {
+        let texts: Vec<String> = new_chunks(&mut window.entries)
+            .map(|c| c.text.clone())
+            .collect();
+        let count = texts.len();
+        let task = (count > 0).then(|| {
+            let embedder = Arc::clone(&self.embedder);
+            tokio::spawn(async move { embedder.embed_documents(texts).await })
+        });
+        WindowEmbedding {
+            entries: window.entries,
+            count,
+            task,
+        }
+    }
+
+    /// Waits for a window's vectors, then for the previous window's commit, starts this
+    /// window's commit (one batch for all its sources) and reports each of its sources'
+    /// progress, in source order.
+    async fn commit_window(
         &self,
         target: &Arc<Target>,
-        window: &mut Window,
+        mut embedding: WindowEmbedding,
         in_flight: &mut Option<WindowCommit>,
         total: usize,
         progress: Option<&(dyn Fn(IngestProgress) + Send + Sync)>,
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
-        let mut entries = std::mem::take(window).entries;
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let embedded = self.embed_window(&mut entries, report).await;
+        let attached = self.attach_vectors(&mut embedding, report).await;
         let previous = in_flight.take();
-        if let Err(error) = embedded {
+        if let Err(error) = attached {
             if let Some(job) = previous {
                 let _ = job.handle.await;
             }
@@ -519,75 +550,65 @@ impl IngestionPipeline {
         if let Some(job) = previous {
             self.finish_commits(target, job, report).await?;
         }
-        let mut batches = Vec::new();
+        let entries = std::mem::take(&mut embedding.entries);
+        // The window's sources land in ONE batch (one sled transaction, one BM25 commit):
+        // a commit has a fixed cost (a flush, a tantivy segment) that per-source commits paid
+        // hundreds of times per ingestion, on the cores the model needs.
+        let mut batch = SourceBatch::default();
         let mut committed = Vec::new();
-        for entry in &mut entries {
-            match std::mem::replace(&mut entry.state, Prepared::Skipped) {
+        for entry in entries {
+            match entry.state {
                 Prepared::Skipped => report.sources_skipped += 1,
                 Prepared::Quarantined | Prepared::Stale => {}
                 Prepared::Ready(source) => {
-                    let batch = SourceBatch {
-                        writes: source
-                            .pending
-                            .into_iter()
-                            .map(|(record, chunks)| SourceWrite { record, chunks })
-                            .collect(),
-                        deletes: source.deletes,
-                    };
                     committed.push(CommittedSource {
-                        upserted: batch.writes.iter().map(|w| w.chunks.len()).sum(),
+                        upserted: source.pending.iter().map(|(_, chunks)| chunks.len()).sum(),
                         kept_parts: source.kept_parts,
                     });
-                    batches.push(batch);
+                    batch.writes.extend(
+                        source
+                            .pending
+                            .into_iter()
+                            .map(|(record, chunks)| SourceWrite { record, chunks }),
+                    );
+                    batch.deletes.extend(source.deletes);
                 }
             }
+            if let Some(progress) = progress {
+                progress(IngestProgress {
+                    done: entry.index + 1,
+                    total,
+                    source: entry.source,
+                });
+            }
         }
-        if !batches.is_empty() {
+        if !committed.is_empty() {
             let store = self.store.clone();
             let writer = Arc::clone(target);
-            // One batch (one transaction) per source, in order; the first failure stops.
             let handle = tokio::task::spawn_blocking(move || {
-                let mut removed = Vec::with_capacity(batches.len());
-                for batch in batches {
-                    match writer.commit(&*store, batch) {
-                        Ok(outcome) => removed.push(Ok(outcome.sources_deleted)),
-                        Err(error) => {
-                            removed.push(Err(error));
-                            break;
-                        }
-                    }
-                }
-                removed
+                writer
+                    .commit(&*store, batch)
+                    .map(|outcome| outcome.sources_deleted)
             });
             *in_flight = Some(WindowCommit {
                 handle,
                 sources: committed,
             });
         }
-        if let Some(progress) = progress {
-            for entry in &entries {
-                progress(IngestProgress {
-                    done: entry.index + 1,
-                    total,
-                    source: entry.source.clone(),
-                });
-            }
-        }
         Ok(())
     }
 
-    /// Embeds every chunk of the window that has no vector yet, in one embedder call.
-    async fn embed_window(
+    /// Waits for the window's vectors and gives each new chunk its own.
+    async fn attach_vectors(
         &self,
-        entries: &mut [WindowEntry],
+        embedding: &mut WindowEmbedding,
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
-        let texts: Vec<String> = new_chunks(entries).map(|c| c.text.clone()).collect();
-        if texts.is_empty() {
+        let Some(task) = embedding.task.take() else {
             return Ok(());
-        }
-        let count = texts.len();
-        let vectors = self.embedder.embed_documents(texts).await?;
+        };
+        let vectors = task.await.map_err(|e| IngestError::Task(e.to_string()))??;
+        let count = embedding.count;
         if vectors.len() != count {
             return Err(EmbedError::Inference(format!(
                 "embedder returned {} vectors for {count} chunks",
@@ -595,7 +616,7 @@ impl IngestionPipeline {
             ))
             .into());
         }
-        for (chunk, vector) in new_chunks(entries).zip(vectors) {
+        for (chunk, vector) in new_chunks(&mut embedding.entries).zip(vectors) {
             chunk.vector = vector;
         }
         report.chunks_embedded += count;
@@ -792,14 +813,13 @@ impl IngestionPipeline {
         job: WindowCommit,
         report: &mut IngestReport,
     ) -> Result<(), IngestError> {
-        let results = job
+        let removed = job
             .handle
             .await
-            .map_err(|e| IngestError::Task(e.to_string()))?;
-        for (source, result) in job.sources.iter().zip(results) {
-            let removed = result?;
+            .map_err(|e| IngestError::Task(e.to_string()))??;
+        report.sources_removed += removed;
+        for source in &job.sources {
             report.chunks_upserted += source.upserted;
-            report.sources_removed += removed;
             report.sources_ingested += 1;
             for part in &source.kept_parts {
                 self.quarantine
@@ -1144,6 +1164,24 @@ impl Window {
     }
 }
 
+/// A window whose new chunks are being embedded on a task of their own. Dropping it (an
+/// ingestion that fails meanwhile) aborts the task: it has written nothing.
+struct WindowEmbedding {
+    entries: Vec<WindowEntry>,
+    /// Chunks sent to the embedder.
+    count: usize,
+    /// `None` when the window has no new chunk.
+    task: Option<tokio::task::JoinHandle<Result<Vec<Vec<f32>>, EmbedError>>>,
+}
+
+impl Drop for WindowEmbedding {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
 /// The window's chunks that have no vector yet, in window order.
 fn new_chunks(entries: &mut [WindowEntry]) -> impl Iterator<Item = &mut StoredChunk> {
     entries
@@ -1163,7 +1201,8 @@ fn new_chunks(entries: &mut [WindowEntry]) -> impl Iterator<Item = &mut StoredCh
 
 /// A window's commits in flight: one result per source committed, up to the first failure.
 struct WindowCommit {
-    handle: tokio::task::JoinHandle<Vec<Result<usize, StoreError>>>,
+    /// The number of sources the batch deleted (stale parts of multi-part sources).
+    handle: tokio::task::JoinHandle<Result<usize, StoreError>>,
     sources: Vec<CommittedSource>,
 }
 

@@ -831,3 +831,94 @@ async fn a_small_window_splits_the_embedding_calls_and_commits_every_source() {
         source_ids(&f)
     );
 }
+
+#[tokio::test]
+async fn a_window_is_committed_whole_or_not_at_all_and_earlier_windows_stay() {
+    let f = fixture();
+    many_small_sources(&f);
+    // Windows of 5 one-chunk notes: note-00..04, note-05..09, then the rest. The third
+    // embedding call fails: the first two windows are committed, nothing of the third.
+    let failing = WatchedEmbedder::new("hash-a", 2);
+    let settings = IngestionSettings {
+        embed_window: 5,
+        ..IngestionSettings::default()
+    };
+    let error = pipeline_with(&f, failing.clone(), settings.clone())
+        .ingest(&request(&f, false), None)
+        .await
+        .expect_err("the third window cannot be embedded");
+    assert!(error.to_string().contains("connection refused"), "{error}");
+    let committed = source_ids(&f);
+    let expected: Vec<String> = (0..10).map(|i| format!("note-{i:02}.md")).collect();
+    assert_eq!(committed, expected, "the first two windows, whole");
+
+    // The next ingestion finds those ten unchanged and embeds only the rest.
+    let working = WatchedEmbedder::new("hash-a", usize::MAX);
+    let report = pipeline_with(&f, working.clone(), settings)
+        .ingest(&request(&f, false), None)
+        .await
+        .expect("ingest");
+    assert_eq!(report.sources_skipped, 10, "{report:?}");
+    assert_eq!(report.sources_ingested, 4, "{report:?}");
+    assert_eq!(source_ids(&f).len(), 15, "{:?}", source_ids(&f));
+}
+
+/// A hash embedder whose first call returns only once a second call has started: the
+/// ingestion must prepare and submit the next window while the previous one is embedding.
+struct OverlapEmbedder {
+    inner: HashEmbedder,
+    calls: std::sync::atomic::AtomicUsize,
+    second_started: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl Embedder for OverlapEmbedder {
+    fn profile(&self) -> EmbeddingProfile {
+        self.inner.profile()
+    }
+    fn token_counter(&self) -> Arc<dyn crate::embed::TokenCounter> {
+        self.inner.token_counter()
+    }
+    async fn embed_documents(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                self.second_started.notified(),
+            )
+            .await
+            .map_err(|_| {
+                EmbedError::Inference(
+                    "the second window was not submitted while the first was embedding".into(),
+                )
+            })?,
+            1 => self.second_started.notify_one(),
+            _ => {}
+        }
+        self.inner.embed_documents(texts).await
+    }
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.inner.embed_query(text).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_window_is_prepared_and_submitted_while_the_previous_one_embeds() {
+    let f = fixture();
+    many_small_sources(&f);
+    let embedder = Arc::new(OverlapEmbedder {
+        inner: HashEmbedder::named("hash-a", 128),
+        calls: Default::default(),
+        second_started: tokio::sync::Notify::new(),
+    });
+    let settings = IngestionSettings {
+        embed_window: 5,
+        ..IngestionSettings::default()
+    };
+    let report = pipeline_with(&f, embedder.clone(), settings)
+        .ingest(&request(&f, false), None)
+        .await
+        .expect("the windows overlap");
+    assert_eq!(report.sources_ingested, 14, "{report:?}");
+    assert!(embedder.calls.load(std::sync::atomic::Ordering::SeqCst) >= 3);
+    assert_eq!(source_ids(&f).len(), 15);
+}
