@@ -6,6 +6,7 @@
 //! write lock), so reading the generation and writing it back in the batch cannot race.
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tracing::warn;
 
@@ -38,6 +39,17 @@ pub struct CommitOutcome {
 pub struct CollectionTree {
     name: String,
     tree: sled::Tree,
+    /// The last [`counts`](Self::counts), with the generation they were taken at: counting
+    /// scans every key (tens of milliseconds at 100k chunks), and listings come far more often
+    /// than commits.
+    counted: Arc<Mutex<Option<Counted>>>,
+}
+
+#[derive(Clone, Copy)]
+struct Counted {
+    generation: u64,
+    sources: usize,
+    chunks: usize,
 }
 
 impl CollectionTree {
@@ -45,6 +57,7 @@ impl CollectionTree {
         Self {
             name: name.to_string(),
             tree,
+            counted: Arc::default(),
         }
     }
 
@@ -145,6 +158,28 @@ impl CollectionTree {
             entries.push((source_id.to_string(), entry));
         }
         Ok(entries)
+    }
+
+    /// Numbers of manifest entries and of chunks, counted again only after a commit moved
+    /// the generation. The generation is read before the scan, so a commit landing during the
+    /// scan leaves a stale stamp and the next call counts again.
+    pub fn counts(&self) -> (usize, usize) {
+        let Ok(generation) = self.generation() else {
+            return (self.source_count(), self.chunk_count());
+        };
+        let mut counted = self.counted.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = *counted
+            && c.generation == generation
+        {
+            return (c.sources, c.chunks);
+        }
+        let (sources, chunks) = (self.source_count(), self.chunk_count());
+        *counted = Some(Counted {
+            generation,
+            sources,
+            chunks,
+        });
+        (sources, chunks)
     }
 
     /// Number of manifest entries.
@@ -436,7 +471,11 @@ mod tests {
         assert_eq!(tree.profile().unwrap(), Some(profile()));
 
         let v1 = vec![chunk("a", "a0", 0), chunk("a", "a1", 1)];
+        assert_eq!(tree.counts(), (0, 0));
         let outcome = tree.replace_source(&record("a", &v1), &v1).unwrap();
+        // The cached counts follow every commit (the generation moved).
+        assert_eq!(tree.counts(), (1, 2));
+        assert_eq!(tree.counts(), (1, 2), "served from the cache");
         assert_eq!(
             outcome,
             CommitOutcome {
@@ -463,6 +502,7 @@ mod tests {
         assert_eq!(deleted.removed, vec!["a0".to_string(), "a2".to_string()]);
         assert_eq!(tree.chunk_count(), 0);
         assert_eq!(tree.source_count(), 0);
+        assert_eq!(tree.counts(), (0, 0));
         assert!(tree.delete_source("a").unwrap().is_none());
         assert_eq!(tree.generation().unwrap(), 3);
     }

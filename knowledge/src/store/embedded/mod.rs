@@ -868,13 +868,16 @@ impl DocumentStore for EmbeddedStore {
     fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError> {
         Ok(read(&self.collections)
             .values()
-            .map(|collection| CollectionInfo {
-                name: collection.name.clone(),
-                sources: collection.tree.source_count(),
-                chunks: collection.tree.chunk_count(),
-                profile: Some(collection.profile.clone()),
-                vector_index: read(&collection.indexes).vectors.status(),
-                provider: "embedded".into(),
+            .map(|collection| {
+                let (sources, chunks) = collection.tree.counts();
+                CollectionInfo {
+                    name: collection.name.clone(),
+                    sources,
+                    chunks,
+                    profile: Some(collection.profile.clone()),
+                    vector_index: read(&collection.indexes).vectors.status(),
+                    provider: "embedded".into(),
+                }
             })
             .collect())
     }
