@@ -1199,7 +1199,7 @@ fn new_chunks(entries: &mut [WindowEntry]) -> impl Iterator<Item = &mut StoredCh
         .filter(|chunk| chunk.vector.is_empty())
 }
 
-/// A window's commits in flight: one result per source committed, up to the first failure.
+/// A window's commit in flight: one store batch holding all of the window's sources.
 struct WindowCommit {
     /// The number of sources the batch deleted (stale parts of multi-part sources).
     handle: tokio::task::JoinHandle<Result<usize, StoreError>>,
