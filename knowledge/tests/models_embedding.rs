@@ -218,6 +218,50 @@ async fn documents_embed_alike_on_their_own_sessions_and_on_the_query_session() 
 }
 
 #[tokio::test]
+async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
+    let dir = models_dir().join("bge-small-en-v1.5");
+    let rewritten = OnnxEmbedder::load(&dir, &settings(1)).expect("bge loads");
+    assert!(rewritten.cls_only_last_layer(), "bge's graph is recognised");
+    let whole = OnnxEmbedder::load(
+        &dir,
+        &EmbeddingSettings {
+            cls_only_last_layer: false,
+            ..settings(1)
+        },
+    )
+    .expect("bge loads unchanged");
+    assert!(!whole.cls_only_last_layer());
+    // Short, paragraph-long, and past the model's 512 tokens (truncated).
+    let long = "Salmon need dissolved oxygen above six milligrams per litre to feed. ".repeat(60);
+    let texts = vec![
+        BERLIN.to_string(),
+        NEW_YORK.repeat(8),
+        long,
+        "x".to_string(),
+    ];
+    let a = rewritten
+        .embed_documents(texts.clone())
+        .await
+        .expect("rewritten graph embeds");
+    let b = whole
+        .embed_documents(texts)
+        .await
+        .expect("whole graph embeds");
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(a.len(), 384);
+        let cos = cosine(a, b);
+        assert!(cos >= 0.9999, "text {i}: cosine {cos}");
+    }
+    let qa = rewritten.embed_query(QUERY).await.expect("query");
+    let qb = whole.embed_query(QUERY).await.expect("query");
+    assert!(cosine(&qa, &qb) >= 0.9999);
+    // Mean pooling needs every row: MiniLM's graph is never rewritten.
+    let minilm = OnnxEmbedder::load(&models_dir().join("all-MiniLM-L6-v2"), &settings(1))
+        .expect("minilm loads");
+    assert!(!minilm.cls_only_last_layer());
+}
+
+#[tokio::test]
 async fn minilm_uses_mean_pooling_and_restores_order_of_mixed_lengths() {
     let dir = models_dir().join("all-MiniLM-L6-v2");
     let embedder = OnnxEmbedder::load(&dir, &settings(2)).expect("MiniLM loads");

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::models::{self, ModelKind};
-use super::session_pool::{PaddedBatch, SessionPool, length_sorted_batches};
+use super::session_pool::{ModelGraph, PaddedBatch, SessionPool, length_sorted_batches};
 use super::tokenizer::{HfTokenCounter, TokenSequence};
 use super::{EmbedError, EmbedStats};
 use crate::settings::EmbeddingSettings;
@@ -57,7 +57,12 @@ impl CrossEncoder {
             None => DEFAULT_MAX_TOKENS,
         };
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
-        let pool = SessionPool::load(&model, settings, settings.threads, &["logits"])?;
+        let pool = SessionPool::load(
+            &ModelGraph::File(model),
+            settings,
+            settings.threads,
+            &["logits"],
+        )?;
         tracing::info!(model = %name, max_tokens, "cross-encoder loaded");
         Ok(Self {
             pool,

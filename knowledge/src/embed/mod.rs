@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+mod cls_graph;
 pub mod cross_encoder;
 pub mod fetch;
 #[cfg(any(test, feature = "testing"))]

@@ -28,7 +28,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::models::{self, ModelKind, Pooling};
-use super::session_pool::{BatchOutput, PaddedBatch, SessionPool, length_sorted_batches};
+use super::session_pool::{
+    BatchOutput, ModelGraph, PaddedBatch, SessionPool, length_sorted_batches,
+};
 use super::tokenizer::{HfTokenCounter, TokenSequence};
 use super::{EmbedError, EmbedStats, Embedder, TokenCounter};
 use crate::settings::EmbeddingSettings;
@@ -148,14 +150,17 @@ fn pool_batch(
     pooling: Pooling,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
     match output.shape.as_slice() {
-        // Already one vector per row (a graph with pooling built in).
-        [rows, dims] => Ok((0..*rows)
-            .map(|r| {
-                let mut v = output.data[r * dims..(r + 1) * dims].to_vec();
-                l2_normalise(&mut v);
-                v
-            })
-            .collect()),
+        // Already one vector per row: a graph with pooling built in, or one whose last layer
+        // computes [CLS] alone (`cls_graph`).
+        [rows, dims] | [rows, 1, dims] if output.shape.len() == 2 || pooling == Pooling::Cls => {
+            Ok((0..*rows)
+                .map(|r| {
+                    let mut v = output.data[r * dims..(r + 1) * dims].to_vec();
+                    l2_normalise(&mut v);
+                    v
+                })
+                .collect())
+        }
         [rows, seq, dims] => {
             let (rows, seq, dims) = (*rows, *seq, *dims);
             if batch_mask.len() != rows * seq {
@@ -211,9 +216,36 @@ enum DocumentSessions {
     /// answers queries never holds them.
     Own {
         model: PathBuf,
+        pooling: Pooling,
         settings: Box<EmbeddingSettings>,
         pool: tokio::sync::OnceCell<SessionPool>,
     },
+}
+
+/// The graph the sessions load: `model.onnx`, with a `[CLS]`-only last layer when the pooling
+/// is CLS and `embeddings.cls_only_last_layer` is on (see `cls_graph`). Read again for each
+/// pool, so no copy of the model stays in memory after its sessions are built.
+fn embedding_graph(
+    model: &Path,
+    pooling: Pooling,
+    settings: &EmbeddingSettings,
+) -> Result<ModelGraph, EmbedError> {
+    if pooling != Pooling::Cls || !settings.cls_only_last_layer {
+        return Ok(ModelGraph::File(model.to_path_buf()));
+    }
+    let bytes = std::fs::read(model).map_err(|e| {
+        EmbedError::Setup(format!("cannot read ONNX model {}: {e}", model.display()))
+    })?;
+    Ok(match super::cls_graph::rewrite(&bytes) {
+        Ok(bytes) => ModelGraph::Rewritten {
+            from: model.to_path_buf(),
+            bytes,
+        },
+        Err(reason) => {
+            tracing::info!(model = %model.display(), %reason, "graph loaded unchanged (no [CLS]-only last layer)");
+            ModelGraph::File(model.to_path_buf())
+        }
+    })
 }
 
 struct Shared {
@@ -223,6 +255,8 @@ struct Shared {
     tokenizer: Arc<HfTokenCounter>,
     config: EmbeddingModelConfig,
     document_batch_size: usize,
+    /// Whether the graph was rewritten to compute `[CLS]` alone in its last layer.
+    cls_only_last_layer: bool,
 }
 
 impl Shared {
@@ -230,6 +264,7 @@ impl Shared {
     async fn document_pool(&self) -> Result<&SessionPool, EmbedError> {
         let DocumentSessions::Own {
             model,
+            pooling,
             settings,
             pool,
         } = &self.documents
@@ -237,10 +272,10 @@ impl Shared {
             return Ok(&self.queries);
         };
         pool.get_or_try_init(|| async {
-            let (model, settings) = (model.clone(), settings.as_ref().clone());
+            let (model, pooling, settings) = (model.clone(), *pooling, settings.as_ref().clone());
             tokio::task::spawn_blocking(move || {
                 SessionPool::load(
-                    &model,
+                    &embedding_graph(&model, pooling, &settings)?,
                     &settings,
                     settings.document_threads,
                     EMBEDDING_OUTPUTS,
@@ -323,7 +358,10 @@ impl OnnxEmbedder {
         }
         let config = EmbeddingModelConfig::for_folder(dir)?;
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
-        let queries = SessionPool::load(&model, settings, settings.threads, EMBEDDING_OUTPUTS)?;
+        let graph = embedding_graph(&model, config.pooling, settings)?;
+        let cls_only_last_layer = matches!(graph, ModelGraph::Rewritten { .. });
+        let queries = SessionPool::load(&graph, settings, settings.threads, EMBEDDING_OUTPUTS)?;
+        drop(graph);
         let declared_dims = queries
             .output_shape
             .last()
@@ -336,6 +374,7 @@ impl OnnxEmbedder {
             } else {
                 DocumentSessions::Own {
                     model,
+                    pooling: config.pooling,
                     settings: Box::new(settings.clone()),
                     pool: tokio::sync::OnceCell::new(),
                 }
@@ -346,6 +385,7 @@ impl OnnxEmbedder {
             tokenizer,
             config,
             document_batch_size: settings.document_batch_size.max(1),
+            cls_only_last_layer,
         });
         let dimensions = match declared_dims {
             Some(d) => d,
@@ -371,6 +411,12 @@ impl OnnxEmbedder {
     /// Pooling in use.
     pub fn pooling(&self) -> Pooling {
         self.shared.config.pooling
+    }
+
+    /// Whether the sessions run a graph whose last layer computes `[CLS]` alone (see
+    /// `embeddings.cls_only_last_layer`).
+    pub fn cls_only_last_layer(&self) -> bool {
+        self.shared.cls_only_last_layer
     }
 }
 

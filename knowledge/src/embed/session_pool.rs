@@ -4,7 +4,7 @@
 //! callers never block the executor. Counts inputs, batches and the nanoseconds spent inside
 //! `Session::run`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -89,6 +89,21 @@ struct Counters {
     inference_ns: AtomicU64,
 }
 
+/// The graph a pool loads: a model file as it is, or a graph rewritten from one.
+pub(crate) enum ModelGraph {
+    File(PathBuf),
+    Rewritten { from: PathBuf, bytes: Vec<u8> },
+}
+
+impl ModelGraph {
+    /// The model file, for messages.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Self::File(path) | Self::Rewritten { from: path, .. } => path,
+        }
+    }
+}
+
 /// Sessions of one model on worker threads.
 pub(crate) struct SessionPool {
     sender: Option<mpsc::Sender<Job>>,
@@ -104,12 +119,13 @@ impl SessionPool {
     /// `preferred_outputs` picks the output by name (first match), else the graph's first
     /// output is used.
     pub fn load(
-        model: &Path,
+        graph: &ModelGraph,
         settings: &EmbeddingSettings,
         threads: usize,
         preferred_outputs: &[&str],
     ) -> Result<Self, EmbedError> {
         let (_, env) = super::runtime::environment(settings)?;
+        let model = graph.path();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = threads.clamp(1, cores);
         let worker_count = (cores / threads).max(1);
@@ -117,14 +133,17 @@ impl SessionPool {
             EmbedError::Setup(format!("cannot load ONNX model {}: {e}", model.display()))
         };
         let load_one = || {
-            Session::builder(&env)
+            let mut builder = Session::builder(&env)
                 .map_err(|e| load_failed(&e))?
                 .with_intra_threads(threads)
                 .map_err(|e| load_failed(&e))?
                 .with_inter_threads(1)
-                .map_err(|e| load_failed(&e))?
-                .commit_from_file(model)
-                .map_err(|e| load_failed(&e))
+                .map_err(|e| load_failed(&e))?;
+            match graph {
+                ModelGraph::File(path) => builder.commit_from_file(path),
+                ModelGraph::Rewritten { bytes, .. } => builder.commit_from_memory(bytes),
+            }
+            .map_err(|e| load_failed(&e))
         };
         // The sessions load side by side (graph optimisation is single-threaded): a cold
         // ingestion waits for one load, not one per worker.

@@ -1,0 +1,581 @@
+//! Rewrites a BERT-style encoder graph so that its last layer computes the `[CLS]` row alone.
+//!
+//! An embedder with `[CLS]` pooling keeps row 0 of the last hidden state and drops the other
+//! `seq - 1` rows, yet the exported graph carries all of them through the last layer. In that
+//! layer only the keys and values need every position; the query projection, the attention
+//! output with its residual, and the feed-forward block are needed for position 0 alone. The
+//! rewrite adds two `Slice` nodes that cut the last layer's input to its first row where the
+//! query projection and the residual read it; everything after them then runs on one row, and
+//! the graph's output becomes `[batch, 1, dims]`. Keys and values are untouched, so the `[CLS]`
+//! vector is the same computation: against the unmodified bge-small-en-v1.5 graph the cosine is
+//! ≥ 0.9999 (with int8 dynamic quantisation, the last feed-forward's activation scale now comes
+//! from one row instead of all of them). Measured on one ONNX Runtime thread: a 258-token input
+//! 31.7 → 29.7 ms, 282 tokens 36.8 → 33.4 ms, 64 tokens 5.5 → 5.3 ms.
+//!
+//! Recognised: graphs exported from Hugging Face BERT models (node names
+//! `/encoder/layer.N/attention/...`, as `optimum` and `torch.onnx` write them), fp32 or with
+//! dynamic int8 quantisation, default-domain opset ≥ 10 (`Slice` with tensor inputs). Any other
+//! graph is kept as it is, with the reason.
+//!
+//! The file is protobuf (`onnx.proto`'s `ModelProto`). Only what the rewrite needs is decoded
+//! (node names, inputs, outputs, opset versions); every other field is copied byte for byte, so
+//! nothing the rewrite does not understand is lost.
+
+use prost::bytes::Buf;
+use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
+
+/// `ModelProto` fields.
+const MODEL_OPSET_IMPORT: u32 = 8;
+const MODEL_GRAPH: u32 = 7;
+/// `OperatorSetIdProto` fields.
+const OPSET_DOMAIN: u32 = 1;
+const OPSET_VERSION: u32 = 2;
+/// `GraphProto` fields.
+const GRAPH_NODE: u32 = 1;
+const GRAPH_INITIALIZER: u32 = 5;
+/// `NodeProto` fields.
+const NODE_INPUT: u32 = 1;
+const NODE_OUTPUT: u32 = 2;
+const NODE_NAME: u32 = 3;
+const NODE_OP_TYPE: u32 = 4;
+/// `TensorProto` fields and the INT64 element type.
+const TENSOR_DIMS: u32 = 1;
+const TENSOR_DATA_TYPE: u32 = 2;
+const TENSOR_NAME: u32 = 8;
+const TENSOR_RAW_DATA: u32 = 9;
+const TENSOR_INT64: u64 = 7;
+
+/// Names of what the rewrite adds (checked to be free in the graph).
+const STARTS: &str = "orkeon.cls_only.starts";
+const ENDS: &str = "orkeon.cls_only.ends";
+const AXES: &str = "orkeon.cls_only.axes";
+const SLICED_SUFFIX: &str = ".orkeon_cls_row";
+
+/// Returns `model` with a `[CLS]`-only last layer, or why the graph is kept as it is.
+pub(crate) fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
+    let model_fields = fields(model)?;
+    check_opset(&model_fields)?;
+    let graph = single(&model_fields, MODEL_GRAPH, "the model has no graph")?;
+    let graph_fields = fields(graph.payload)?;
+    let nodes = graph_fields
+        .iter()
+        .filter(|f| f.number == GRAPH_NODE)
+        .map(|f| Node::parse(f.payload))
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = Plan::find(&nodes)?;
+
+    let mut new_graph = Vec::with_capacity(graph.payload.len() + 512);
+    let mut node_index = 0;
+    for field in &graph_fields {
+        if field.number != GRAPH_NODE {
+            new_graph.extend_from_slice(field.raw);
+            continue;
+        }
+        let node = &nodes[node_index];
+        if node_index == plan.query {
+            let replaced =
+                node.with_input_replaced(&plan.query_input, &sliced(&plan.query_input))?;
+            put_bytes(&mut new_graph, GRAPH_NODE, &replaced);
+        } else if node_index == plan.residual {
+            let replaced = node.with_input_replaced(&plan.hidden, &sliced(&plan.hidden))?;
+            put_bytes(&mut new_graph, GRAPH_NODE, &replaced);
+        } else {
+            new_graph.extend_from_slice(field.raw);
+        }
+        if node_index == plan.insert_after {
+            let mut inputs = vec![plan.hidden.as_str()];
+            if plan.query_input != plan.hidden {
+                inputs.push(plan.query_input.as_str());
+            }
+            for input in inputs {
+                put_bytes(&mut new_graph, GRAPH_NODE, &slice_node(input));
+            }
+        }
+        node_index += 1;
+    }
+    for (name, value) in [(STARTS, 0i64), (ENDS, 1), (AXES, 1)] {
+        put_bytes(
+            &mut new_graph,
+            GRAPH_INITIALIZER,
+            &int64_tensor(name, value),
+        );
+    }
+
+    let mut out = Vec::with_capacity(model.len() + 512);
+    for field in &model_fields {
+        if field.number == MODEL_GRAPH {
+            put_bytes(&mut out, MODEL_GRAPH, &new_graph);
+        } else {
+            out.extend_from_slice(field.raw);
+        }
+    }
+    Ok(out)
+}
+
+/// Where the rewrite applies, as node indices in graph order.
+#[derive(Debug)]
+struct Plan {
+    /// The last layer's input (the previous layer's output).
+    hidden: String,
+    /// What the last layer's query projection reads: `hidden` or its quantised form.
+    query_input: String,
+    /// The query projection (`MatMul` or `MatMulInteger`).
+    query: usize,
+    /// The residual `Add` after the attention output.
+    residual: usize,
+    /// The slices go after this node: the later producer of `hidden` and `query_input`.
+    insert_after: usize,
+}
+
+impl Plan {
+    fn find(nodes: &[Node]) -> Result<Self, String> {
+        let last = nodes
+            .iter()
+            .filter_map(|n| layer_of(&n.name))
+            .max()
+            .ok_or("no node is named /encoder/layer.N/… (not a Hugging Face BERT export)")?;
+        let layer = format!("/encoder/layer.{last}/");
+        let index_of = |name: &str| nodes.iter().position(|n| n.name == name);
+        let residual_name = format!("{layer}attention/output/Add");
+        let residual = index_of(&residual_name).ok_or(format!("no node {residual_name}"))?;
+        let outside: Vec<&String> = nodes[residual]
+            .inputs
+            .iter()
+            .filter(|input| !input.starts_with(&layer))
+            .collect();
+        let [hidden] = outside.as_slice() else {
+            return Err(format!(
+                "{residual_name} does not add exactly one tensor from before the layer"
+            ));
+        };
+        let hidden = (*hidden).clone();
+        let producer_of = |tensor: &str| {
+            nodes
+                .iter()
+                .position(|n| n.outputs.iter().any(|o| o == tensor))
+        };
+        let query_prefix = format!("{layer}attention/self/query/MatMul");
+        let query = nodes
+            .iter()
+            .position(|n| {
+                n.name.starts_with(&query_prefix)
+                    && matches!(n.op_type.as_str(), "MatMul" | "MatMulInteger")
+                    && n.inputs.first().is_some_and(|input| {
+                        *input == hidden
+                            || producer_of(input).is_some_and(|p| {
+                                nodes[p].op_type == "DynamicQuantizeLinear"
+                                    && nodes[p].inputs.first() == Some(&hidden)
+                            })
+                    })
+            })
+            .ok_or(format!(
+                "no query projection {query_prefix}… reading {hidden}"
+            ))?;
+        let query_input = nodes[query].inputs[0].clone();
+        let hidden_at = producer_of(&hidden).ok_or(format!("nothing produces {hidden}"))?;
+        let query_input_at =
+            producer_of(&query_input).ok_or(format!("nothing produces {query_input}"))?;
+        let taken = [STARTS, ENDS, AXES]
+            .into_iter()
+            .map(str::to_string)
+            .chain([sliced(&hidden), sliced(&query_input)]);
+        for name in taken {
+            if nodes
+                .iter()
+                .any(|n| n.name == name || n.outputs.contains(&name) || n.inputs.contains(&name))
+            {
+                return Err(format!("the graph already uses the name {name}"));
+            }
+        }
+        Ok(Self {
+            hidden,
+            query_input,
+            query,
+            residual,
+            insert_after: hidden_at.max(query_input_at),
+        })
+    }
+}
+
+/// `N` of a node named `/encoder/layer.N/…`.
+fn layer_of(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("/encoder/layer.")?;
+    let (number, _) = rest.split_once('/')?;
+    number.parse().ok()
+}
+
+fn sliced(tensor: &str) -> String {
+    format!("{tensor}{SLICED_SUFFIX}")
+}
+
+/// Default-domain opset ≥ 10, where `Slice` takes starts, ends and axes as inputs.
+fn check_opset(model_fields: &[Field]) -> Result<(), String> {
+    for field in model_fields
+        .iter()
+        .filter(|f| f.number == MODEL_OPSET_IMPORT)
+    {
+        let opset = fields(field.payload)?;
+        let domain = opset
+            .iter()
+            .find(|f| f.number == OPSET_DOMAIN)
+            .map_or(&[][..], |f| f.payload);
+        if domain.is_empty() || domain == b"ai.onnx" {
+            let version = opset
+                .iter()
+                .find(|f| f.number == OPSET_VERSION)
+                .map_or(0, |f| f.varint);
+            return if version >= 10 {
+                Ok(())
+            } else {
+                Err(format!("default-domain opset {version} is older than 10"))
+            };
+        }
+    }
+    Err("the model imports no default-domain opset".into())
+}
+
+/// The node names, inputs and outputs of one `NodeProto`, and its bytes.
+#[derive(Debug)]
+struct Node<'a> {
+    raw: &'a [u8],
+    name: String,
+    op_type: String,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+}
+
+impl<'a> Node<'a> {
+    fn parse(raw: &'a [u8]) -> Result<Self, String> {
+        let mut node = Node {
+            raw,
+            name: String::new(),
+            op_type: String::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        for field in fields(raw)? {
+            let text = || {
+                std::str::from_utf8(field.payload)
+                    .map(str::to_string)
+                    .map_err(|_| "a node has a name that is not UTF-8".to_string())
+            };
+            match field.number {
+                NODE_INPUT => node.inputs.push(text()?),
+                NODE_OUTPUT => node.outputs.push(text()?),
+                NODE_NAME => node.name = text()?,
+                NODE_OP_TYPE => node.op_type = text()?,
+                _ => {}
+            }
+        }
+        Ok(node)
+    }
+
+    /// The node's bytes with every input `from` read as `to` instead.
+    fn with_input_replaced(&self, from: &str, to: &str) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(self.raw.len() + to.len());
+        for field in fields(self.raw)? {
+            if field.number == NODE_INPUT && field.payload == from.as_bytes() {
+                put_bytes(&mut out, NODE_INPUT, to.as_bytes());
+            } else {
+                out.extend_from_slice(field.raw);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `Slice(input, starts=[0], ends=[1], axes=[1])`: the first row of a `[batch, seq, …]` tensor.
+fn slice_node(input: &str) -> Vec<u8> {
+    let output = sliced(input);
+    let mut node = Vec::new();
+    for tensor in [input, STARTS, ENDS, AXES] {
+        put_bytes(&mut node, NODE_INPUT, tensor.as_bytes());
+    }
+    put_bytes(&mut node, NODE_OUTPUT, output.as_bytes());
+    put_bytes(&mut node, NODE_NAME, output.as_bytes());
+    put_bytes(&mut node, NODE_OP_TYPE, b"Slice");
+    node
+}
+
+/// A one-element INT64 initializer.
+fn int64_tensor(name: &str, value: i64) -> Vec<u8> {
+    let mut tensor = Vec::new();
+    put_varint(&mut tensor, TENSOR_DIMS, 1);
+    put_varint(&mut tensor, TENSOR_DATA_TYPE, TENSOR_INT64);
+    put_bytes(&mut tensor, TENSOR_NAME, name.as_bytes());
+    put_bytes(&mut tensor, TENSOR_RAW_DATA, &value.to_le_bytes());
+    tensor
+}
+
+fn put_bytes(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
+    encode_key(number, WireType::LengthDelimited, out);
+    encode_varint(payload.len() as u64, out);
+    out.extend_from_slice(payload);
+}
+
+fn put_varint(out: &mut Vec<u8>, number: u32, value: u64) {
+    encode_key(number, WireType::Varint, out);
+    encode_varint(value, out);
+}
+
+/// One field of a protobuf message as it was read.
+#[derive(Debug)]
+struct Field<'a> {
+    number: u32,
+    /// The whole field: key and value, to copy it unchanged.
+    raw: &'a [u8],
+    /// The value of a length-delimited field (empty otherwise).
+    payload: &'a [u8],
+    /// The value of a varint field (0 otherwise).
+    varint: u64,
+}
+
+/// The fields of one message, in order.
+fn fields(message: &[u8]) -> Result<Vec<Field<'_>>, String> {
+    let malformed = |e: &dyn std::fmt::Display| format!("the model is not valid protobuf: {e}");
+    let mut fields = Vec::new();
+    let mut rest = message;
+    while rest.has_remaining() {
+        let start = message.len() - rest.len();
+        let (number, wire) = decode_key(&mut rest).map_err(|e| malformed(&e))?;
+        let (mut payload, mut varint) = (&[][..], 0);
+        match wire {
+            WireType::Varint => varint = decode_varint(&mut rest).map_err(|e| malformed(&e))?,
+            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+                let width = if wire == WireType::SixtyFourBit { 8 } else { 4 };
+                if rest.len() < width {
+                    return Err(malformed(&"a fixed-width field runs past the end"));
+                }
+                rest.advance(width);
+            }
+            WireType::LengthDelimited => {
+                let len = decode_varint(&mut rest).map_err(|e| malformed(&e))?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|&len| len <= rest.len())
+                    .ok_or_else(|| malformed(&"a field runs past the end"))?;
+                payload = &rest[..len];
+                rest.advance(len);
+            }
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err(malformed(&"groups are not used by onnx.proto"));
+            }
+        }
+        let end = message.len() - rest.len();
+        fields.push(Field {
+            number,
+            raw: &message[start..end],
+            payload,
+            varint,
+        });
+    }
+    Ok(fields)
+}
+
+fn single<'f, 'a>(
+    fields: &'f [Field<'a>],
+    number: u32,
+    missing: &str,
+) -> Result<&'f Field<'a>, String> {
+    let mut matching = fields.iter().filter(|f| f.number == number);
+    match (matching.next(), matching.next()) {
+        (Some(field), None) => Ok(field),
+        (None, _) => Err(missing.to_string()),
+        (Some(_), Some(_)) => Err(format!("the model repeats field {number}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the
+    // unmodified one, is tested in `tests/models_embedding.rs`.
+
+    fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+        let mut n = Vec::new();
+        for i in inputs {
+            put_bytes(&mut n, NODE_INPUT, i.as_bytes());
+        }
+        for o in outputs {
+            put_bytes(&mut n, NODE_OUTPUT, o.as_bytes());
+        }
+        put_bytes(&mut n, NODE_NAME, name.as_bytes());
+        put_bytes(&mut n, NODE_OP_TYPE, op.as_bytes());
+        // An attribute the rewrite does not read: it must survive byte for byte.
+        put_bytes(&mut n, 5, b"\x0a\x04axis\x20\x01");
+        n
+    }
+
+    /// The skeleton of a two-layer quantised BERT export: only the nodes the rewrite looks at.
+    fn model(opset: u64) -> Vec<u8> {
+        let nodes = [
+            node(
+                "/encoder/layer.0/output/LayerNorm/Add_1",
+                "Add",
+                &["a", "b"],
+                &["h0"],
+            ),
+            node(
+                "/encoder/layer.1/attention/self/q_quant",
+                "DynamicQuantizeLinear",
+                &["h0"],
+                &["h0_q", "h0_s", "h0_z"],
+            ),
+            node(
+                "/encoder/layer.1/attention/self/query/MatMul_quant",
+                "MatMulInteger",
+                &["h0_q", "wq"],
+                &["q"],
+            ),
+            node(
+                "/encoder/layer.1/attention/self/key/MatMul_quant",
+                "MatMulInteger",
+                &["h0_q", "wk"],
+                &["k"],
+            ),
+            node(
+                "/encoder/layer.1/attention/output/dense/Add",
+                "Add",
+                &["q", "k"],
+                &["/encoder/layer.1/attention/output/dense/Add_output_0"],
+            ),
+            node(
+                "/encoder/layer.1/attention/output/Add",
+                "Add",
+                &["/encoder/layer.1/attention/output/dense/Add_output_0", "h0"],
+                &["last_hidden_state"],
+            ),
+        ];
+        let mut graph = Vec::new();
+        for n in &nodes {
+            put_bytes(&mut graph, GRAPH_NODE, n);
+        }
+        put_bytes(&mut graph, 2, b"graph-name");
+        let mut opset_id = Vec::new();
+        put_varint(&mut opset_id, OPSET_VERSION, opset);
+        let mut out = Vec::new();
+        put_varint(&mut out, 1, 8); // ir_version
+        put_bytes(&mut out, MODEL_OPSET_IMPORT, &opset_id);
+        put_bytes(&mut out, MODEL_GRAPH, &graph);
+        out
+    }
+
+    fn graph_nodes(model: &[u8]) -> Vec<(String, String, Vec<String>, Vec<u8>)> {
+        let model_fields = fields(model).expect("model");
+        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
+        fields(graph.payload)
+            .expect("graph fields")
+            .iter()
+            .filter(|f| f.number == GRAPH_NODE)
+            .map(|f| {
+                let n = Node::parse(f.payload).expect("node");
+                (n.name, n.op_type, n.inputs, f.payload.to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_last_layer_reads_the_first_row_where_query_and_residual_read_it() {
+        let original = model(11);
+        let rewritten = rewrite(&original).expect("recognised");
+        let nodes = graph_nodes(&rewritten);
+        let names: Vec<&str> = nodes.iter().map(|n| n.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "/encoder/layer.0/output/LayerNorm/Add_1",
+                "/encoder/layer.1/attention/self/q_quant",
+                "h0.orkeon_cls_row",
+                "h0_q.orkeon_cls_row",
+                "/encoder/layer.1/attention/self/query/MatMul_quant",
+                "/encoder/layer.1/attention/self/key/MatMul_quant",
+                "/encoder/layer.1/attention/output/dense/Add",
+                "/encoder/layer.1/attention/output/Add",
+            ],
+            "the slices follow the later producer, so the node list stays in topological order"
+        );
+        assert_eq!(nodes[2].1, "Slice");
+        assert_eq!(nodes[2].2, ["h0", STARTS, ENDS, AXES]);
+        assert_eq!(
+            nodes[4].2,
+            ["h0_q.orkeon_cls_row", "wq"],
+            "query reads one row"
+        );
+        assert_eq!(nodes[5].2, ["h0_q", "wk"], "keys still read every row");
+        assert_eq!(
+            nodes[7].2,
+            [
+                "/encoder/layer.1/attention/output/dense/Add_output_0",
+                "h0.orkeon_cls_row"
+            ]
+        );
+        let before = graph_nodes(&original);
+        assert_eq!(
+            nodes[5].3, before[3].3,
+            "untouched nodes are copied byte for byte"
+        );
+        assert!(
+            nodes[4].3.windows(5).any(|w| w == b"\x04axis"),
+            "a rewritten node keeps the fields it does not change"
+        );
+        let model_fields = fields(&rewritten).expect("fields");
+        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
+        let initializers: Vec<Vec<u8>> = fields(graph.payload)
+            .expect("graph fields")
+            .iter()
+            .filter(|f| f.number == GRAPH_INITIALIZER)
+            .map(|f| f.payload.to_vec())
+            .collect();
+        assert_eq!(
+            initializers,
+            [
+                int64_tensor(STARTS, 0),
+                int64_tensor(ENDS, 1),
+                int64_tensor(AXES, 1)
+            ]
+        );
+        assert!(
+            fields(graph.payload)
+                .expect("graph fields")
+                .iter()
+                .any(|f| f.number == 2 && f.payload == b"graph-name"),
+            "other graph fields survive"
+        );
+        assert_eq!(
+            model_fields[0].raw,
+            fields(&original).expect("fields")[0].raw
+        );
+    }
+
+    #[test]
+    fn graphs_it_does_not_recognise_are_kept_with_the_reason() {
+        assert!(rewrite(&model(9)).unwrap_err().contains("older than 10"));
+        let mut graph = Vec::new();
+        put_bytes(
+            &mut graph,
+            GRAPH_NODE,
+            &node("/pooler/dense", "Gemm", &["x"], &["y"]),
+        );
+        let mut opset_id = Vec::new();
+        put_varint(&mut opset_id, OPSET_VERSION, 17);
+        let mut other = Vec::new();
+        put_bytes(&mut other, MODEL_OPSET_IMPORT, &opset_id);
+        put_bytes(&mut other, MODEL_GRAPH, &graph);
+        assert!(
+            rewrite(&other)
+                .unwrap_err()
+                .contains("not a Hugging Face BERT export")
+        );
+        for garbage in [
+            &b"\x3a\xff\xff\xff\xff\x0f"[..],
+            b"\x0b",
+            b"not a model at all",
+        ] {
+            assert!(rewrite(garbage).is_err(), "garbage is refused, not a panic");
+        }
+        let mut truncated = model(11);
+        truncated.truncate(truncated.len() - 3);
+        assert!(rewrite(&truncated).is_err());
+    }
+}
