@@ -143,6 +143,17 @@ pub(crate) fn l2_normalise(vector: &mut [f32]) {
     }
 }
 
+/// The `rows` vectors of `dims` values in `output`, each L2-normalised.
+fn normalised_rows(output: &BatchOutput, rows: usize, dims: usize) -> Vec<Vec<f32>> {
+    (0..rows)
+        .map(|r| {
+            let mut v = output.data[r * dims..(r + 1) * dims].to_vec();
+            l2_normalise(&mut v);
+            v
+        })
+        .collect()
+}
+
 /// Turns one batch's output into pooled, normalised vectors, one per row.
 fn pool_batch(
     output: &BatchOutput,
@@ -150,17 +161,10 @@ fn pool_batch(
     pooling: Pooling,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
     match output.shape.as_slice() {
-        // Already one vector per row: a graph with pooling built in, or one whose last layer
-        // computes [CLS] alone (`cls_graph`).
-        [rows, dims] | [rows, 1, dims] if output.shape.len() == 2 || pooling == Pooling::Cls => {
-            Ok((0..*rows)
-                .map(|r| {
-                    let mut v = output.data[r * dims..(r + 1) * dims].to_vec();
-                    l2_normalise(&mut v);
-                    v
-                })
-                .collect())
-        }
+        // Already one vector per row (a graph with pooling built in).
+        [rows, dims] => Ok(normalised_rows(output, *rows, *dims)),
+        // A graph whose last layer computes [CLS] alone (`cls_graph`): one row per input.
+        [rows, 1, dims] if pooling == Pooling::Cls => Ok(normalised_rows(output, *rows, *dims)),
         [rows, seq, dims] => {
             let (rows, seq, dims) = (*rows, *seq, *dims);
             if batch_mask.len() != rows * seq {
