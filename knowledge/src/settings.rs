@@ -25,10 +25,12 @@ pub struct EmbeddingSettings {
     /// Query–passage pairs per ONNX Runtime call of the cross-encoder (reranker).
     pub batch_size: usize,
     /// ONNX Runtime intra-op threads of the session that embeds queries (one text at a time,
-    /// so its latency is what threads buy) and of the cross-encoder.
+    /// so its latency is what threads buy) and of the cross-encoder. The query session loads
+    /// at the first query (the daemon loads it at start).
     pub threads: usize,
     /// Intra-op threads of each session that embeds documents (ingestion). The document pool
-    /// holds one session per `document_threads` cores, loaded at the first document batch;
+    /// holds one session per `document_threads` cores, loaded when an ingestion meets its first
+    /// source with chunks to embed;
     /// equal to `threads`, documents share the query session instead (less memory, slower
     /// ingestion on small machines: see README, Performance).
     pub document_threads: usize,

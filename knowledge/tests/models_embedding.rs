@@ -221,7 +221,6 @@ async fn documents_embed_alike_on_their_own_sessions_and_on_the_query_session() 
 async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
     let dir = models_dir().join("bge-small-en-v1.5");
     let rewritten = OnnxEmbedder::load(&dir, &settings(1)).expect("bge loads");
-    assert!(rewritten.cls_only_last_layer(), "bge's graph is recognised");
     let whole = OnnxEmbedder::load(
         &dir,
         &EmbeddingSettings {
@@ -230,7 +229,6 @@ async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
         },
     )
     .expect("bge loads unchanged");
-    assert!(!whole.cls_only_last_layer());
     // Short, paragraph-long, and past the model's 512 tokens (truncated).
     let long = "Salmon need dissolved oxygen above six milligrams per litre to feed. ".repeat(60);
     let texts = vec![
@@ -247,6 +245,12 @@ async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
         .embed_documents(texts)
         .await
         .expect("whole graph embeds");
+    assert_eq!(
+        rewritten.cls_only_last_layer(),
+        Some(true),
+        "bge's graph is recognised"
+    );
+    assert_eq!(whole.cls_only_last_layer(), Some(false));
     for (i, (a, b)) in a.iter().zip(&b).enumerate() {
         assert_eq!(a.len(), 384);
         let cos = cosine(a, b);
@@ -258,7 +262,67 @@ async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
     // Mean pooling needs every row: MiniLM's graph is never rewritten.
     let minilm = OnnxEmbedder::load(&models_dir().join("all-MiniLM-L6-v2"), &settings(1))
         .expect("minilm loads");
-    assert!(!minilm.cls_only_last_layer());
+    minilm.embed_query(QUERY).await.expect("query");
+    assert_eq!(minilm.cls_only_last_layer(), Some(false));
+}
+
+#[tokio::test]
+async fn sessions_load_when_first_needed_and_a_mislabelled_graph_is_refused() {
+    let dir = models_dir().join("bge-small-en-v1.5");
+    let embedder = OnnxEmbedder::load(&dir, &settings(1)).expect("bge loads");
+    // A catalogue model's size is known without its graph: nothing has loaded yet.
+    assert_eq!(embedder.profile().dimensions, 384);
+    assert_eq!(embedder.cls_only_last_layer(), None);
+    assert_eq!(embedder.stats(), Default::default());
+    embedder
+        .prepare_for_queries()
+        .await
+        .expect("the query session loads");
+    assert_eq!(embedder.cls_only_last_layer(), Some(true));
+    let query = embedder.embed_query(QUERY).await.expect("query");
+    assert_eq!(query.len(), 384);
+
+    // A folder of the user's own (not a catalogue name): the graph tells the size, so the
+    // query session loads at once.
+    let root = tempfile::tempdir().expect("tempdir");
+    let own_folder = root.path().join("my-encoder");
+    std::fs::create_dir_all(&own_folder).expect("mkdir");
+    for file in ["model.onnx", "tokenizer.json", "config.json"] {
+        std::os::unix::fs::symlink(dir.join(file), own_folder.join(file)).expect("symlink");
+    }
+    let own = OnnxEmbedder::load(&own_folder, &settings(1)).expect("own folder loads");
+    assert_eq!(own.profile().dimensions, 384);
+    assert_eq!(own.cls_only_last_layer(), Some(true), "loaded at once");
+
+    // A folder named like bge that holds the cross-encoder: its graph declares one score per
+    // input, not 384 dimensions, which is refused when the sessions load, naming the folder.
+    let folder = root.path().join("bge-small-en-v1.5");
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::os::unix::fs::symlink(
+            model("ms-marco-MiniLM-L-12-v2").join(file),
+            folder.join(file),
+        )
+        .expect("symlink");
+    }
+    let mislabelled = OnnxEmbedder::load(&folder, &settings(1)).expect("loads lazily");
+    let err = mislabelled
+        .embed_documents(vec![BERLIN.to_string()])
+        .await
+        .expect_err("the graph is not bge's");
+    let message = err.to_string();
+    assert!(
+        message.contains("declares 1-dimensional vectors")
+            && message.contains("says 384")
+            && message.contains(&folder.display().to_string()),
+        "{message}"
+    );
+    // The query side is refused the same way, and a failed load is retried, not cached.
+    let err = mislabelled
+        .embed_query(QUERY)
+        .await
+        .expect_err("still not bge's");
+    assert!(err.to_string().contains("declares 1-dimensional"), "{err}");
 }
 
 #[tokio::test]

@@ -105,6 +105,18 @@ pub trait Embedder: Send + Sync {
     /// Embeds one search query (with the model's query prefix, if it has one).
     async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError>;
 
+    /// Loads now what queries need, so that the first query does not wait for it (a server
+    /// calls this at start). Embedders that load nothing lazily do nothing.
+    async fn prepare_for_queries(&self) -> Result<(), EmbedError> {
+        Ok(())
+    }
+
+    /// Loads now what embedding documents needs (ingestion calls this at the first source
+    /// with chunks to embed, so that loading overlaps the preparation of the first window).
+    async fn prepare_for_documents(&self) -> Result<(), EmbedError> {
+        Ok(())
+    }
+
     /// Cumulative counters.
     fn stats(&self) -> EmbedStats {
         EmbedStats::default()

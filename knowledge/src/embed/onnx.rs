@@ -9,10 +9,12 @@
 //!
 //! Sessions: queries run on one session of `embeddings.threads` intra-op threads (one text, so
 //! threads are what cut its latency). Documents run on a pool of their own, one session per
-//! `embeddings.document_threads` cores, loaded at the first document batch: on a small machine
-//! independent single-thread sessions keep every core busy where one multi-threaded session
-//! waits at each operator's barrier. With `document_threads` equal to `threads`, documents share
-//! the query session.
+//! `embeddings.document_threads` cores: on a small machine independent single-thread sessions
+//! keep every core busy where one multi-threaded session waits at each operator's barrier. With
+//! `document_threads` equal to `threads`, documents share the query session. Each pool loads
+//! when it is first needed (a server warms the query session at start, see
+//! [`Embedder::prepare_for_queries`]): `orkeon rag ingest` never loads the query session, and a
+//! server that only answers queries never holds the document sessions.
 //!
 //! Model parameters: when the folder's name is a catalogue entry, pooling, query prefix and
 //! maximum length come from the catalogue. Otherwise pooling comes from `pooling_config.json`
@@ -20,7 +22,9 @@
 //! CLS; without such a file, CLS. The maximum length is `sentence_bert_config.json`'s
 //! `max_seq_length`, else `tokenizer_config.json`'s `model_max_length`, else `config.json`'s
 //! `max_position_embeddings`, capped at 512 (and 512 when none says). No query prefix.
-//! Dimensions always come from the graph's output (or a probe run when it is dynamic).
+//! Dimensions: a catalogue model's come from the catalogue (and are checked against the graph's
+//! declared output when a pool loads); any other folder's come from the graph's output (or a
+//! probe run when it is dynamic), so its query session loads at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,6 +49,8 @@ pub struct EmbeddingModelConfig {
     pub pooling: Pooling,
     pub query_prefix: Option<String>,
     pub max_tokens: usize,
+    /// Vector size, when known without loading the graph (catalogue models).
+    pub dimensions: Option<usize>,
 }
 
 impl EmbeddingModelConfig {
@@ -57,11 +63,12 @@ impl EmbeddingModelConfig {
                     pooling,
                     query_prefix,
                     max_tokens,
-                    ..
+                    dimensions,
                 } => Ok(Self {
                     pooling,
                     query_prefix: query_prefix.map(str::to_string),
                     max_tokens,
+                    dimensions: Some(dimensions),
                 }),
                 ModelKind::CrossEncoder { .. } => Err(EmbedError::Setup(format!(
                     "{name} is a cross-encoder (a reranker), not an embedding model; set \
@@ -73,6 +80,7 @@ impl EmbeddingModelConfig {
             pooling: pooling_from_files(dir)?,
             query_prefix: None,
             max_tokens: max_tokens_from_files(dir)?,
+            dimensions: None,
         })
     }
 }
@@ -216,14 +224,9 @@ const EMBEDDING_OUTPUTS: &[&str] = &[
 enum DocumentSessions {
     /// On the query session (`embeddings.document_threads` equal to `threads`).
     Queries,
-    /// On sessions of their own, loaded at the first document batch: a server that only
-    /// answers queries never holds them.
-    Own {
-        model: PathBuf,
-        pooling: Pooling,
-        settings: Box<EmbeddingSettings>,
-        pool: tokio::sync::OnceCell<SessionPool>,
-    },
+    /// On sessions of their own, loaded on first use (`prepare_for_documents` or the first
+    /// document batch).
+    Own(tokio::sync::OnceCell<SessionPool>),
 }
 
 /// The graph the sessions load: `model.onnx`, with a `[CLS]`-only last layer when the pooling
@@ -252,43 +255,88 @@ fn embedding_graph(
     })
 }
 
+/// Loads the embedding graph into a pool of `threads`-thread sessions, checking its declared
+/// vector size against `expected` (the catalogue's). Returns the pool and whether the graph was
+/// rewritten to a `[CLS]`-only last layer.
+fn load_pool(
+    model: &Path,
+    pooling: Pooling,
+    settings: &EmbeddingSettings,
+    threads: usize,
+    expected: Option<usize>,
+) -> Result<(SessionPool, bool), EmbedError> {
+    let graph = embedding_graph(model, pooling, settings)?;
+    let rewritten = matches!(graph, ModelGraph::Rewritten { .. });
+    let pool = SessionPool::load(&graph, settings, threads, EMBEDDING_OUTPUTS)?;
+    if let (Some(expected), Some(declared)) = (expected, declared_dimensions(&pool))
+        && expected != declared
+    {
+        return Err(EmbedError::Setup(format!(
+            "ONNX model {} declares {declared}-dimensional vectors, but its catalogue entry \
+             says {expected}; the folder holds another model than its name says (run `orkeon \
+             models fetch` to restore it, or rename the folder)",
+            model.display()
+        )));
+    }
+    Ok((pool, rewritten))
+}
+
+/// The vector size a pool's graph declares, when it is static.
+fn declared_dimensions(pool: &SessionPool) -> Option<usize> {
+    pool.output_shape
+        .last()
+        .and_then(|&d| usize::try_from(d).ok())
+        .filter(|&d| d > 0)
+}
+
 struct Shared {
     /// Queries run here, one text at a time, on `embeddings.threads` intra-op threads.
-    queries: SessionPool,
+    queries: tokio::sync::OnceCell<SessionPool>,
     documents: DocumentSessions,
     tokenizer: Arc<HfTokenCounter>,
     config: EmbeddingModelConfig,
-    document_batch_size: usize,
-    /// Whether the graph was rewritten to compute `[CLS]` alone in its last layer.
-    cls_only_last_layer: bool,
+    /// `model.onnx`, read again by each pool as it loads.
+    model: PathBuf,
+    settings: EmbeddingSettings,
+    /// Whether the graph was rewritten to compute `[CLS]` alone in its last layer; set when the
+    /// first pool loads.
+    cls_only_last_layer: std::sync::OnceLock<bool>,
 }
 
 impl Shared {
-    /// The sessions that embed documents, loading them on first use.
-    async fn document_pool(&self) -> Result<&SessionPool, EmbedError> {
-        let DocumentSessions::Own {
-            model,
-            pooling,
-            settings,
-            pool,
-        } = &self.documents
-        else {
-            return Ok(&self.queries);
-        };
-        pool.get_or_try_init(|| async {
-            let (model, pooling, settings) = (model.clone(), *pooling, settings.as_ref().clone());
-            tokio::task::spawn_blocking(move || {
-                SessionPool::load(
-                    &embedding_graph(&model, pooling, &settings)?,
-                    &settings,
-                    settings.document_threads,
-                    EMBEDDING_OUTPUTS,
-                )
-            })
-            .await
-            .map_err(|e| EmbedError::Setup(format!("loading the document sessions failed: {e}")))?
+    /// A pool of sessions of `threads` intra-op threads each, loaded on a blocking thread.
+    async fn load_pool(&self, threads: usize) -> Result<SessionPool, EmbedError> {
+        let (model, pooling, settings) = (
+            self.model.clone(),
+            self.config.pooling,
+            self.settings.clone(),
+        );
+        let expected = self.config.dimensions;
+        let (pool, rewritten) = tokio::task::spawn_blocking(move || {
+            load_pool(&model, pooling, &settings, threads, expected)
         })
         .await
+        .map_err(|e| EmbedError::Setup(format!("loading the ONNX sessions failed: {e}")))??;
+        let _ = self.cls_only_last_layer.set(rewritten);
+        Ok(pool)
+    }
+
+    /// The query session, loading it on first use.
+    async fn query_pool(&self) -> Result<&SessionPool, EmbedError> {
+        self.queries
+            .get_or_try_init(|| self.load_pool(self.settings.threads))
+            .await
+    }
+
+    /// The sessions that embed documents, loading them on first use.
+    async fn document_pool(&self) -> Result<&SessionPool, EmbedError> {
+        match &self.documents {
+            DocumentSessions::Queries => self.query_pool().await,
+            DocumentSessions::Own(pool) => {
+                pool.get_or_try_init(|| self.load_pool(self.settings.document_threads))
+                    .await
+            }
+        }
     }
 
     fn encode_all(&self, texts: &[String]) -> Result<Vec<TokenSequence>, EmbedError> {
@@ -362,36 +410,44 @@ impl OnnxEmbedder {
         }
         let config = EmbeddingModelConfig::for_folder(dir)?;
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
-        let graph = embedding_graph(&model, config.pooling, settings)?;
-        let cls_only_last_layer = matches!(graph, ModelGraph::Rewritten { .. });
-        let queries = SessionPool::load(&graph, settings, settings.threads, EMBEDDING_OUTPUTS)?;
-        drop(graph);
-        let declared_dims = queries
-            .output_shape
-            .last()
-            .and_then(|&d| usize::try_from(d).ok())
-            .filter(|&d| d > 0);
+        // Without the catalogue's size, the graph tells it: the query session loads now.
+        let queries = match config.dimensions {
+            Some(_) => None,
+            None => Some(load_pool(
+                &model,
+                config.pooling,
+                settings,
+                settings.threads,
+                None,
+            )?),
+        };
+        let cls_only_last_layer = std::sync::OnceLock::new();
+        if let Some((_, rewritten)) = &queries {
+            let _ = cls_only_last_layer.set(*rewritten);
+        }
+        let declared = queries
+            .as_ref()
+            .and_then(|(pool, _)| declared_dimensions(pool));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let documents =
             if settings.document_threads.clamp(1, cores) == settings.threads.clamp(1, cores) {
                 DocumentSessions::Queries
             } else {
-                DocumentSessions::Own {
-                    model,
-                    pooling: config.pooling,
-                    settings: Box::new(settings.clone()),
-                    pool: tokio::sync::OnceCell::new(),
-                }
+                DocumentSessions::Own(tokio::sync::OnceCell::new())
             };
         let shared = Arc::new(Shared {
-            queries,
+            queries: tokio::sync::OnceCell::new_with(queries.map(|(pool, _)| pool)),
             documents,
             tokenizer,
             config,
-            document_batch_size: settings.document_batch_size.max(1),
+            model,
+            settings: EmbeddingSettings {
+                document_batch_size: settings.document_batch_size.max(1),
+                ..settings.clone()
+            },
             cls_only_last_layer,
         });
-        let dimensions = match declared_dims {
+        let dimensions = match shared.config.dimensions.or(declared) {
             Some(d) => d,
             None => probe_dimensions(&shared)?,
         };
@@ -418,9 +474,9 @@ impl OnnxEmbedder {
     }
 
     /// Whether the sessions run a graph whose last layer computes `[CLS]` alone (see
-    /// `embeddings.cls_only_last_layer`).
-    pub fn cls_only_last_layer(&self) -> bool {
-        self.shared.cls_only_last_layer
+    /// `embeddings.cls_only_last_layer`); `None` until a first pool of sessions has loaded.
+    pub fn cls_only_last_layer(&self) -> Option<bool> {
+        self.shared.cls_only_last_layer.get().copied()
     }
 }
 
@@ -434,7 +490,7 @@ fn probe_dimensions(shared: &Arc<Shared>) -> Result<usize, EmbedError> {
         runtime.block_on(async {
             let sequences = shared.encode_all(&["probe".to_string()])?;
             let vectors = shared
-                .embed_sequences(&shared.queries, 1, &sequences)
+                .embed_sequences(shared.query_pool().await?, 1, &sequences)
                 .await?;
             vectors
                 .first()
@@ -467,7 +523,7 @@ impl Embedder for OnnxEmbedder {
             .map_err(|e| EmbedError::Inference(format!("tokenizing task failed: {e}")))??;
         let pool = self.shared.document_pool().await?;
         self.shared
-            .embed_sequences(pool, self.shared.document_batch_size, &sequences)
+            .embed_sequences(pool, self.shared.settings.document_batch_size, &sequences)
             .await
     }
 
@@ -480,19 +536,33 @@ impl Embedder for OnnxEmbedder {
             .shared
             .tokenizer
             .encode_single(&text, self.shared.config.max_tokens)?;
+        let pool = self.shared.query_pool().await?;
         let mut vectors = self
             .shared
-            .embed_sequences(&self.shared.queries, 1, std::slice::from_ref(&sequence))
+            .embed_sequences(pool, 1, std::slice::from_ref(&sequence))
             .await?;
         vectors
             .pop()
             .ok_or_else(|| EmbedError::Inference("the query got no vector".into()))
     }
 
+    async fn prepare_for_queries(&self) -> Result<(), EmbedError> {
+        self.shared.query_pool().await.map(|_| ())
+    }
+
+    async fn prepare_for_documents(&self) -> Result<(), EmbedError> {
+        self.shared.document_pool().await.map(|_| ())
+    }
+
     fn stats(&self) -> EmbedStats {
-        let queries = self.shared.queries.stats();
+        let queries = self
+            .shared
+            .queries
+            .get()
+            .map(SessionPool::stats)
+            .unwrap_or_default();
         match &self.shared.documents {
-            DocumentSessions::Own { pool, .. } => match pool.get() {
+            DocumentSessions::Own(pool) => match pool.get() {
                 Some(documents) => queries.plus(documents.stats()),
                 None => queries,
             },
@@ -529,7 +599,8 @@ mod tests {
             EmbeddingModelConfig {
                 pooling: Pooling::Mean,
                 query_prefix: None,
-                max_tokens: 128
+                max_tokens: 128,
+                dimensions: None,
             }
         );
         let bare = dir.path().join("bare");
@@ -545,7 +616,8 @@ mod tests {
             EmbeddingModelConfig {
                 pooling: Pooling::Cls,
                 query_prefix: None,
-                max_tokens: 512
+                max_tokens: 512,
+                dimensions: None,
             }
         );
         let reranker = dir.path().join("ms-marco-MiniLM-L-12-v2");

@@ -459,6 +459,7 @@ impl IngestionPipeline {
         let mut window = Window::default();
         let mut embedding: Option<WindowEmbedding> = None;
         let mut in_flight: Option<WindowCommit> = None;
+        let mut embedder_preparing = false;
         for (index, source) in expansion.sources.iter().enumerate() {
             let prepared = self
                 .prepare_source(
@@ -472,7 +473,16 @@ impl IngestionPipeline {
                 )
                 .await;
             match prepared {
-                Ok(prepared) => window.push(index, &source.id, prepared),
+                Ok(prepared) => {
+                    // The first source with chunks to embed: the embedder loads (ONNX sessions)
+                    // while the rest of the first window is prepared. An unchanged collection
+                    // never gets here.
+                    if !embedder_preparing && prepared.needs_vectors() {
+                        embedder_preparing = true;
+                        self.prepare_embedder();
+                    }
+                    window.push(index, &source.id, prepared);
+                }
                 Err(error) => {
                     // The window being embedded is dropped (it has written nothing) and the
                     // previous commit finishes (or fails) before the error is reported, so
@@ -507,6 +517,17 @@ impl IngestionPipeline {
             self.finish_commits(target, job, report).await?;
         }
         Ok(())
+    }
+
+    /// Starts loading what the embedder needs for documents, on a task of its own; a failure
+    /// is reported by the first embedding call, which tries again.
+    fn prepare_embedder(&self) {
+        let embedder = Arc::clone(&self.embedder);
+        tokio::spawn(async move {
+            if let Err(error) = embedder.prepare_for_documents().await {
+                tracing::debug!(%error, "preparing the embedder for documents failed");
+            }
+        });
     }
 
     /// Starts embedding the window's chunks that have no vector yet, in one embedder call on
@@ -1134,6 +1155,17 @@ impl Prepared {
         match self {
             Prepared::Ready(source) => source.pending.iter().map(|(_, c)| c.len()).sum(),
             _ => 0,
+        }
+    }
+
+    /// Whether any of its chunks still needs a vector.
+    fn needs_vectors(&self) -> bool {
+        match self {
+            Prepared::Ready(source) => source
+                .pending
+                .iter()
+                .any(|(_, chunks)| chunks.iter().any(|c| c.vector.is_empty())),
+            _ => false,
         }
     }
 }
