@@ -465,7 +465,8 @@ impl Builder {
 
 /// One process's Orkeon without the daemon: knowledge, the crew engine (with the crew files of
 /// `crews_dir` loaded, as `orkeon script run` has them) and Rhai scripts — what
-/// `orkeon crew run` and `orkeon script run` run on. The embedder loads at start.
+/// `orkeon crew run` and `orkeon script run` run on. The embedder loads at start (its query
+/// session on a task of its own).
 ///
 /// The embedded store has one opener: open either a [`Knowledge`] or a `Host` on a data folder
 /// at a time ([`Host::knowledge`] is the host's own).

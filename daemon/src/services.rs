@@ -71,6 +71,14 @@ impl Services {
         let host = Arc::new(KnowledgeHost::with_components(
             &config, storage, components,
         )?);
+        // Crews query their knowledge: the query session loads while the rest starts, not at
+        // the first query.
+        let embedder = host.embedder.clone();
+        tokio::spawn(async move {
+            if let Err(error) = embedder.prepare_for_queries().await {
+                tracing::error!(%error, "the embedder's query session did not load; queries will retry it");
+            }
+        });
         let runs = Arc::new(Runs::new(host.storage.runs.clone()));
         let recovered = runs.recover_interrupted()?;
         if recovered > 0 {

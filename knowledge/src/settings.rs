@@ -26,7 +26,7 @@ pub struct EmbeddingSettings {
     pub batch_size: usize,
     /// ONNX Runtime intra-op threads of the session that embeds queries (one text at a time,
     /// so its latency is what threads buy) and of the cross-encoder. The query session loads
-    /// at the first query (the daemon loads it at start).
+    /// at the first query (a process that runs crews, such as the daemon, loads it at start).
     pub threads: usize,
     /// Intra-op threads of each session that embeds documents (ingestion). The document pool
     /// holds one session per `document_threads` cores, loaded when an ingestion meets its first

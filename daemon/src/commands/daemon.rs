@@ -16,13 +16,6 @@ use crate::watch::{CrewsWatcher, SourceWatcher};
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let crews_dir: PathBuf = config.crews_dir.clone();
     let services = Arc::new(Services::start(config).await?);
-    // The query session loads while the watchers start, not at the first query.
-    let embedder = services.host.embedder.clone();
-    tokio::spawn(async move {
-        if let Err(error) = embedder.prepare_for_queries().await {
-            tracing::error!(%error, "the embedder's query session did not load; queries will retry it");
-        }
-    });
     let checks = Arc::new(services.checks());
     let (addr, token) = grpc::listen_settings(&services)?;
     let listener = tokio::net::TcpListener::bind(addr)

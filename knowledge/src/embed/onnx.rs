@@ -12,7 +12,7 @@
 //! `embeddings.document_threads` cores: on a small machine independent single-thread sessions
 //! keep every core busy where one multi-threaded session waits at each operator's barrier. With
 //! `document_threads` equal to `threads`, documents share the query session. Each pool loads
-//! when it is first needed (a server warms the query session at start, see
+//! when it is first needed (a process that runs crews warms the query session at start, see
 //! [`Embedder::prepare_for_queries`]): `orkeon rag ingest` never loads the query session, and a
 //! server that only answers queries never holds the document sessions.
 //!
@@ -297,6 +297,7 @@ struct Shared {
     config: EmbeddingModelConfig,
     /// `model.onnx`, read again by each pool as it loads.
     model: PathBuf,
+    /// The embedder's settings, `document_batch_size` at least 1.
     settings: EmbeddingSettings,
     /// Whether the graph was rewritten to compute `[CLS]` alone in its last layer; set when the
     /// first pool loads.
@@ -304,8 +305,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// A pool of sessions of `threads` intra-op threads each, loaded on a blocking thread.
-    async fn load_pool(&self, threads: usize) -> Result<SessionPool, EmbedError> {
+    /// [`load_pool`] on a blocking thread; records whether the graph was rewritten.
+    async fn spawn_load(&self, threads: usize) -> Result<SessionPool, EmbedError> {
         let (model, pooling, settings) = (
             self.model.clone(),
             self.config.pooling,
@@ -324,7 +325,7 @@ impl Shared {
     /// The query session, loading it on first use.
     async fn query_pool(&self) -> Result<&SessionPool, EmbedError> {
         self.queries
-            .get_or_try_init(|| self.load_pool(self.settings.threads))
+            .get_or_try_init(|| self.spawn_load(self.settings.threads))
             .await
     }
 
@@ -333,7 +334,7 @@ impl Shared {
         match &self.documents {
             DocumentSessions::Queries => self.query_pool().await,
             DocumentSessions::Own(pool) => {
-                pool.get_or_try_init(|| self.load_pool(self.settings.document_threads))
+                pool.get_or_try_init(|| self.spawn_load(self.settings.document_threads))
                     .await
             }
         }
@@ -421,13 +422,14 @@ impl OnnxEmbedder {
                 None,
             )?),
         };
-        let cls_only_last_layer = std::sync::OnceLock::new();
-        if let Some((_, rewritten)) = &queries {
-            let _ = cls_only_last_layer.set(*rewritten);
-        }
         let declared = queries
             .as_ref()
             .and_then(|(pool, _)| declared_dimensions(pool));
+        let cls_only_last_layer = std::sync::OnceLock::new();
+        let queries = queries.map(|(pool, rewritten)| {
+            let _ = cls_only_last_layer.set(rewritten);
+            pool
+        });
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let documents =
             if settings.document_threads.clamp(1, cores) == settings.threads.clamp(1, cores) {
@@ -436,7 +438,7 @@ impl OnnxEmbedder {
                 DocumentSessions::Own(tokio::sync::OnceCell::new())
             };
         let shared = Arc::new(Shared {
-            queries: tokio::sync::OnceCell::new_with(queries.map(|(pool, _)| pool)),
+            queries: tokio::sync::OnceCell::new_with(queries),
             documents,
             tokenizer,
             config,

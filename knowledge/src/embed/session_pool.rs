@@ -114,7 +114,7 @@ pub(crate) struct SessionPool {
 }
 
 impl SessionPool {
-    /// Loads `model.onnx` once per worker. Workers × `threads` intra-op threads stay within the
+    /// Loads `graph` once per worker. Workers × `threads` intra-op threads stay within the
     /// machine's cores (at least one worker). `settings` locate ONNX Runtime.
     /// `preferred_outputs` picks the output by name (first match), else the graph's first
     /// output is used.

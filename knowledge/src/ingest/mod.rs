@@ -476,7 +476,7 @@ impl IngestionPipeline {
                 Ok(prepared) => {
                     // The first source with chunks to embed: the embedder loads (ONNX sessions)
                     // while the rest of the first window is prepared. An unchanged collection
-                    // never gets here.
+                    // never loads them.
                     if !embedder_preparing && prepared.needs_vectors() {
                         embedder_preparing = true;
                         self.prepare_embedder();
