@@ -40,6 +40,11 @@ pub struct EmbeddingSettings {
     /// rows are dropped by the pooling anyway): 6–9 % less work per text, the same vector to
     /// within int8 noise (cosine ≥ 0.9999). Graphs it does not recognise load unchanged.
     pub cls_only_last_layer: bool,
+    /// Sessions that run one text per call (queries; documents with `document_batch_size` 1)
+    /// load the graph without its attention-mask additions, which add only zeros to a text
+    /// without padding: the same vectors, about 5 % less work at 256 tokens. Graphs it does not
+    /// recognise load unchanged.
+    pub unmasked_single_text: bool,
     /// OpenAI-compatible endpoint settings (used when `provider: openai`).
     pub openai: OpenAiEmbeddingSettings,
 }
@@ -56,6 +61,7 @@ impl Default for EmbeddingSettings {
             document_threads: 1,
             document_batch_size: 1,
             cls_only_last_layer: true,
+            unmasked_single_text: true,
             openai: OpenAiEmbeddingSettings::default(),
         }
     }

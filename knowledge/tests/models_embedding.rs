@@ -267,6 +267,81 @@ async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
 }
 
 #[tokio::test]
+async fn sessions_of_one_text_per_call_drop_the_mask_additions_and_keep_the_vectors() {
+    let dir = models_dir().join("bge-small-en-v1.5");
+    let keep_mask = |document_batch_size| EmbeddingSettings {
+        unmasked_single_text: false,
+        ..settings(document_batch_size)
+    };
+    let unmasked = OnnxEmbedder::load(&dir, &settings(1)).expect("bge loads");
+    let masked = OnnxEmbedder::load(&dir, &keep_mask(1)).expect("bge loads with its masks");
+    assert_eq!(
+        unmasked.unmasked_sessions(),
+        (None, None),
+        "nothing loaded yet"
+    );
+    let long = "Salmon need dissolved oxygen above six milligrams per litre to feed. ".repeat(60);
+    let texts = vec![
+        BERLIN.to_string(),
+        NEW_YORK.repeat(8),
+        long,
+        "x".to_string(),
+    ];
+    let a = unmasked
+        .embed_documents(texts.clone())
+        .await
+        .expect("unmasked graph embeds");
+    let b = masked
+        .embed_documents(texts.clone())
+        .await
+        .expect("masked graph embeds");
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        let cos = cosine(a, b);
+        assert!(cos >= 0.99999, "text {i}: cosine {cos}");
+    }
+    let qa = unmasked.embed_query(QUERY).await.expect("query");
+    let qb = masked.embed_query(QUERY).await.expect("query");
+    assert!(cosine(&qa, &qb) >= 0.99999);
+    assert_eq!(unmasked.unmasked_sessions(), (Some(true), Some(true)));
+    assert_eq!(masked.unmasked_sessions(), (Some(false), Some(false)));
+    assert_eq!(
+        unmasked.cls_only_last_layer(),
+        Some(true),
+        "both rewrites apply"
+    );
+
+    // Batches of two pad the shorter text: those sessions keep the masks, queries drop them,
+    // and a padded batch embeds its texts as they embed alone, to within what int8 dynamic
+    // quantisation takes from batch-mates (one scale per batch: "x" beside a 14-token text
+    // gives 0.99).
+    let batched = OnnxEmbedder::load(&dir, &settings(2)).expect("bge loads");
+    let c = batched.embed_documents(texts).await.expect("batches embed");
+    batched.embed_query(QUERY).await.expect("query");
+    assert_eq!(batched.unmasked_sessions(), (Some(true), Some(false)));
+    for (i, (a, c)) in a.iter().zip(&c).enumerate() {
+        let cos = cosine(a, c);
+        assert!(cos >= 0.98, "text {i}: batched cosine {cos}");
+    }
+    // Documents on the query session in batches of two: that session keeps them too.
+    let shared = OnnxEmbedder::load(
+        &dir,
+        &EmbeddingSettings {
+            document_threads: EmbeddingSettings::default().threads,
+            ..settings(2)
+        },
+    )
+    .expect("bge loads");
+    shared.embed_query(QUERY).await.expect("query");
+    assert_eq!(shared.unmasked_sessions(), (Some(false), Some(false)));
+    // MiniLM's graph (a `torch.export` graph, nodes not named /encoder/layer.N/…) is not
+    // recognised: it loads unchanged and embeds.
+    let minilm = OnnxEmbedder::load(&models_dir().join("all-MiniLM-L6-v2"), &settings(1))
+        .expect("minilm loads");
+    minilm.embed_query(QUERY).await.expect("query");
+    assert_eq!(minilm.unmasked_sessions().0, Some(false));
+}
+
+#[tokio::test]
 async fn sessions_load_when_first_needed_and_a_mislabelled_graph_is_refused() {
     let dir = models_dir().join("bge-small-en-v1.5");
     let embedder = OnnxEmbedder::load(&dir, &settings(1)).expect("bge loads");

@@ -17,33 +17,14 @@
 //! dynamic int8 quantisation, default-domain opset ≥ 10 (`Slice` with tensor inputs). Any other
 //! graph is kept as it is, with the reason.
 //!
-//! The file is protobuf (`onnx.proto`'s `ModelProto`). Only what the rewrite needs is decoded
-//! (node names, inputs, outputs, opset versions); every other field is copied byte for byte, so
-//! nothing the rewrite does not understand is lost.
+//! The file is read and written with `onnx_proto`: every field the rewrite does not change is
+//! copied byte for byte.
 
-use prost::bytes::Buf;
-use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
-
-/// `ModelProto` fields.
-const MODEL_OPSET_IMPORT: u32 = 8;
-const MODEL_GRAPH: u32 = 7;
-/// `OperatorSetIdProto` fields.
-const OPSET_DOMAIN: u32 = 1;
-const OPSET_VERSION: u32 = 2;
-/// `GraphProto` fields.
-const GRAPH_NODE: u32 = 1;
-const GRAPH_INITIALIZER: u32 = 5;
-/// `NodeProto` fields.
-const NODE_INPUT: u32 = 1;
-const NODE_OUTPUT: u32 = 2;
-const NODE_NAME: u32 = 3;
-const NODE_OP_TYPE: u32 = 4;
-/// `TensorProto` fields and the INT64 element type.
-const TENSOR_DIMS: u32 = 1;
-const TENSOR_DATA_TYPE: u32 = 2;
-const TENSOR_NAME: u32 = 8;
-const TENSOR_RAW_DATA: u32 = 9;
-const TENSOR_INT64: u64 = 7;
+use super::onnx_proto::{
+    GRAPH_INITIALIZER, GRAPH_NODE, MODEL_OPSET_IMPORT, NODE_INPUT, NODE_NAME, NODE_OP_TYPE,
+    NODE_OUTPUT, Node, OPSET_DOMAIN, OPSET_VERSION, ParsedModel, fields, int64_tensor, layer_of,
+    put_bytes,
+};
 
 /// Names of what the rewrite adds (checked to be free in the graph).
 const STARTS: &str = "orkeon.cls_only.starts";
@@ -53,20 +34,14 @@ const SLICED_SUFFIX: &str = ".orkeon_cls_row";
 
 /// Returns `model` with a `[CLS]`-only last layer, or why the graph is kept as it is.
 pub(crate) fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
-    let model_fields = fields(model)?;
-    check_opset(&model_fields)?;
-    let graph = single(&model_fields, MODEL_GRAPH, "the model has no graph")?;
-    let graph_fields = fields(graph.payload)?;
-    let nodes = graph_fields
-        .iter()
-        .filter(|f| f.number == GRAPH_NODE)
-        .map(|f| Node::parse(f.payload))
-        .collect::<Result<Vec<_>, _>>()?;
-    let plan = Plan::find(&nodes)?;
+    let parsed = ParsedModel::parse(model)?;
+    check_opset(&parsed)?;
+    let nodes = &parsed.nodes;
+    let plan = Plan::find(nodes)?;
 
-    let mut new_graph = Vec::with_capacity(graph.payload.len() + 512);
+    let mut new_graph = Vec::with_capacity(model.len() + 512);
     let mut node_index = 0;
-    for field in &graph_fields {
+    for field in &parsed.graph {
         if field.number != GRAPH_NODE {
             new_graph.extend_from_slice(field.raw);
             continue;
@@ -100,16 +75,7 @@ pub(crate) fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
             &int64_tensor(name, value),
         );
     }
-
-    let mut out = Vec::with_capacity(model.len() + 512);
-    for field in &model_fields {
-        if field.number == MODEL_GRAPH {
-            put_bytes(&mut out, MODEL_GRAPH, &new_graph);
-        } else {
-            out.extend_from_slice(field.raw);
-        }
-    }
-    Ok(out)
+    Ok(parsed.with_graph(&new_graph))
 }
 
 /// Where the rewrite applies, as node indices in graph order.
@@ -197,20 +163,14 @@ impl Plan {
     }
 }
 
-/// `N` of a node named `/encoder/layer.N/…`.
-fn layer_of(name: &str) -> Option<usize> {
-    let rest = name.strip_prefix("/encoder/layer.")?;
-    let (number, _) = rest.split_once('/')?;
-    number.parse().ok()
-}
-
 fn sliced(tensor: &str) -> String {
     format!("{tensor}{SLICED_SUFFIX}")
 }
 
 /// Default-domain opset ≥ 10, where `Slice` takes starts, ends and axes as inputs.
-fn check_opset(model_fields: &[Field]) -> Result<(), String> {
-    for field in model_fields
+fn check_opset(parsed: &ParsedModel) -> Result<(), String> {
+    for field in parsed
+        .model
         .iter()
         .filter(|f| f.number == MODEL_OPSET_IMPORT)
     {
@@ -234,56 +194,6 @@ fn check_opset(model_fields: &[Field]) -> Result<(), String> {
     Err("the model imports no default-domain opset".into())
 }
 
-/// The node names, inputs and outputs of one `NodeProto`, and its bytes.
-#[derive(Debug)]
-struct Node<'a> {
-    raw: &'a [u8],
-    name: String,
-    op_type: String,
-    inputs: Vec<String>,
-    outputs: Vec<String>,
-}
-
-impl<'a> Node<'a> {
-    fn parse(raw: &'a [u8]) -> Result<Self, String> {
-        let mut node = Node {
-            raw,
-            name: String::new(),
-            op_type: String::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-        };
-        for field in fields(raw)? {
-            let text = || {
-                std::str::from_utf8(field.payload)
-                    .map(str::to_string)
-                    .map_err(|_| "a node has a name that is not UTF-8".to_string())
-            };
-            match field.number {
-                NODE_INPUT => node.inputs.push(text()?),
-                NODE_OUTPUT => node.outputs.push(text()?),
-                NODE_NAME => node.name = text()?,
-                NODE_OP_TYPE => node.op_type = text()?,
-                _ => {}
-            }
-        }
-        Ok(node)
-    }
-
-    /// The node's bytes with every input `from` read as `to` instead.
-    fn with_input_replaced(&self, from: &str, to: &str) -> Result<Vec<u8>, String> {
-        let mut out = Vec::with_capacity(self.raw.len() + to.len());
-        for field in fields(self.raw)? {
-            if field.number == NODE_INPUT && field.payload == from.as_bytes() {
-                put_bytes(&mut out, NODE_INPUT, to.as_bytes());
-            } else {
-                out.extend_from_slice(field.raw);
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// `Slice(input, starts=[0], ends=[1], axes=[1])`: the first row of a `[batch, seq, …]` tensor.
 fn slice_node(input: &str) -> Vec<u8> {
     let output = sliced(input);
@@ -297,96 +207,9 @@ fn slice_node(input: &str) -> Vec<u8> {
     node
 }
 
-/// A one-element INT64 initializer.
-fn int64_tensor(name: &str, value: i64) -> Vec<u8> {
-    let mut tensor = Vec::new();
-    put_varint(&mut tensor, TENSOR_DIMS, 1);
-    put_varint(&mut tensor, TENSOR_DATA_TYPE, TENSOR_INT64);
-    put_bytes(&mut tensor, TENSOR_NAME, name.as_bytes());
-    put_bytes(&mut tensor, TENSOR_RAW_DATA, &value.to_le_bytes());
-    tensor
-}
-
-fn put_bytes(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
-    encode_key(number, WireType::LengthDelimited, out);
-    encode_varint(payload.len() as u64, out);
-    out.extend_from_slice(payload);
-}
-
-fn put_varint(out: &mut Vec<u8>, number: u32, value: u64) {
-    encode_key(number, WireType::Varint, out);
-    encode_varint(value, out);
-}
-
-/// One field of a protobuf message as it was read.
-#[derive(Debug)]
-struct Field<'a> {
-    number: u32,
-    /// The whole field: key and value, to copy it unchanged.
-    raw: &'a [u8],
-    /// The value of a length-delimited field (empty otherwise).
-    payload: &'a [u8],
-    /// The value of a varint field (0 otherwise).
-    varint: u64,
-}
-
-/// The fields of one message, in order.
-fn fields(message: &[u8]) -> Result<Vec<Field<'_>>, String> {
-    let malformed = |e: &dyn std::fmt::Display| format!("the model is not valid protobuf: {e}");
-    let mut fields = Vec::new();
-    let mut rest = message;
-    while rest.has_remaining() {
-        let start = message.len() - rest.len();
-        let (number, wire) = decode_key(&mut rest).map_err(|e| malformed(&e))?;
-        let (mut payload, mut varint) = (&[][..], 0);
-        match wire {
-            WireType::Varint => varint = decode_varint(&mut rest).map_err(|e| malformed(&e))?,
-            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
-                let width = if wire == WireType::SixtyFourBit { 8 } else { 4 };
-                if rest.len() < width {
-                    return Err(malformed(&"a fixed-width field runs past the end"));
-                }
-                rest.advance(width);
-            }
-            WireType::LengthDelimited => {
-                let len = decode_varint(&mut rest).map_err(|e| malformed(&e))?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&len| len <= rest.len())
-                    .ok_or_else(|| malformed(&"a field runs past the end"))?;
-                payload = &rest[..len];
-                rest.advance(len);
-            }
-            WireType::StartGroup | WireType::EndGroup => {
-                return Err(malformed(&"groups are not used by onnx.proto"));
-            }
-        }
-        let end = message.len() - rest.len();
-        fields.push(Field {
-            number,
-            raw: &message[start..end],
-            payload,
-            varint,
-        });
-    }
-    Ok(fields)
-}
-
-fn single<'f, 'a>(
-    fields: &'f [Field<'a>],
-    number: u32,
-    missing: &str,
-) -> Result<&'f Field<'a>, String> {
-    let mut matching = fields.iter().filter(|f| f.number == number);
-    match (matching.next(), matching.next()) {
-        (Some(field), None) => Ok(field),
-        (None, _) => Err(missing.to_string()),
-        (Some(_), Some(_)) => Err(format!("the model repeats field {number}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::onnx_proto::{MODEL_GRAPH, put_varint, single};
     use super::*;
 
     // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the

@@ -15,12 +15,14 @@ pub mod fetch;
 pub mod hashing;
 pub mod models;
 pub mod onnx;
+mod onnx_proto;
 pub mod openai;
 pub mod runtime;
 mod session_pool;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_tokenizer;
 pub mod tokenizer;
+mod unmasked_graph;
 
 pub use cross_encoder::CrossEncoder;
 pub use fetch::FetchProgress;

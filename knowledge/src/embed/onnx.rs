@@ -229,44 +229,77 @@ enum DocumentSessions {
     Own(tokio::sync::OnceCell<SessionPool>),
 }
 
-/// The graph the sessions load: `model.onnx`, with a `[CLS]`-only last layer when the pooling
-/// is CLS and `embeddings.cls_only_last_layer` is on (see `cls_graph`). Read again for each
-/// pool, so no copy of the model stays in memory after its sessions are built.
+/// Which rewrites the graph a pool loaded went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GraphRewrites {
+    /// `cls_graph`: the last layer computes `[CLS]` alone.
+    cls_only: bool,
+    /// `unmasked_graph`: no attention-mask additions (the pool runs one text per call).
+    unmasked: bool,
+}
+
+/// The graph a pool loads: `model.onnx`, with a `[CLS]`-only last layer when the pooling is CLS
+/// and `embeddings.cls_only_last_layer` is on (see `cls_graph`), and without its attention-mask
+/// additions when the pool runs one text per call and `embeddings.unmasked_single_text` is on
+/// (see `unmasked_graph`). Read again for each pool, so no copy of the model stays in memory
+/// after its sessions are built.
 fn embedding_graph(
     model: &Path,
     pooling: Pooling,
     settings: &EmbeddingSettings,
-) -> Result<ModelGraph, EmbedError> {
-    if pooling != Pooling::Cls || !settings.cls_only_last_layer {
-        return Ok(ModelGraph::File(model.to_path_buf()));
+    one_text_per_call: bool,
+) -> Result<(ModelGraph, GraphRewrites), EmbedError> {
+    let want_cls = pooling == Pooling::Cls && settings.cls_only_last_layer;
+    let want_unmasked = one_text_per_call && settings.unmasked_single_text;
+    let mut done = GraphRewrites {
+        cls_only: false,
+        unmasked: false,
+    };
+    if !want_cls && !want_unmasked {
+        return Ok((ModelGraph::File(model.to_path_buf()), done));
     }
-    let bytes = std::fs::read(model).map_err(|e| {
+    let mut bytes = std::fs::read(model).map_err(|e| {
         EmbedError::Setup(format!("cannot read ONNX model {}: {e}", model.display()))
     })?;
-    Ok(match super::cls_graph::rewrite(&bytes) {
-        Ok(bytes) => ModelGraph::Rewritten {
+    if want_unmasked {
+        match super::unmasked_graph::rewrite(&bytes) {
+            Ok(rewritten) => (bytes, done.unmasked) = (rewritten, true),
+            Err(reason) => {
+                tracing::info!(model = %model.display(), %reason, "attention-mask additions kept");
+            }
+        }
+    }
+    if want_cls {
+        match super::cls_graph::rewrite(&bytes) {
+            Ok(rewritten) => (bytes, done.cls_only) = (rewritten, true),
+            Err(reason) => {
+                tracing::info!(model = %model.display(), %reason, "no [CLS]-only last layer");
+            }
+        }
+    }
+    let graph = if done.cls_only || done.unmasked {
+        ModelGraph::Rewritten {
             from: model.to_path_buf(),
             bytes,
-        },
-        Err(reason) => {
-            tracing::info!(model = %model.display(), %reason, "graph loaded unchanged (no [CLS]-only last layer)");
-            ModelGraph::File(model.to_path_buf())
         }
-    })
+    } else {
+        ModelGraph::File(model.to_path_buf())
+    };
+    Ok((graph, done))
 }
 
 /// Loads the embedding graph into a pool of `threads`-thread sessions, checking its declared
-/// vector size against `expected` (the catalogue's). Returns the pool and whether the graph was
-/// rewritten to a `[CLS]`-only last layer.
+/// vector size against `expected` (the catalogue's). Returns the pool and the rewrites its
+/// graph went through.
 fn load_pool(
     model: &Path,
     pooling: Pooling,
     settings: &EmbeddingSettings,
     threads: usize,
+    one_text_per_call: bool,
     expected: Option<usize>,
-) -> Result<(SessionPool, bool), EmbedError> {
-    let graph = embedding_graph(model, pooling, settings)?;
-    let rewritten = matches!(graph, ModelGraph::Rewritten { .. });
+) -> Result<(SessionPool, GraphRewrites), EmbedError> {
+    let (graph, rewrites) = embedding_graph(model, pooling, settings, one_text_per_call)?;
     let pool = SessionPool::load(&graph, settings, threads, EMBEDDING_OUTPUTS)?;
     if let (Some(expected), Some(declared)) = (expected, declared_dimensions(&pool))
         && expected != declared
@@ -278,7 +311,7 @@ fn load_pool(
             model.display()
         )));
     }
-    Ok((pool, rewritten))
+    Ok((pool, rewrites))
 }
 
 /// The vector size a pool's graph declares, when it is static.
@@ -299,33 +332,57 @@ struct Shared {
     model: PathBuf,
     /// The embedder's settings, `document_batch_size` at least 1.
     settings: EmbeddingSettings,
-    /// Whether the graph was rewritten to compute `[CLS]` alone in its last layer; set when the
-    /// first pool loads.
-    cls_only_last_layer: std::sync::OnceLock<bool>,
+    /// The rewrites of the query pool's graph and of the document pool's, set as each loads.
+    query_graph: std::sync::OnceLock<GraphRewrites>,
+    document_graph: std::sync::OnceLock<GraphRewrites>,
 }
 
 impl Shared {
-    /// [`load_pool`] on a blocking thread; records whether the graph was rewritten.
-    async fn spawn_load(&self, threads: usize) -> Result<SessionPool, EmbedError> {
+    /// [`load_pool`] on a blocking thread.
+    async fn spawn_load(
+        &self,
+        threads: usize,
+        one_text_per_call: bool,
+    ) -> Result<(SessionPool, GraphRewrites), EmbedError> {
         let (model, pooling, settings) = (
             self.model.clone(),
             self.config.pooling,
             self.settings.clone(),
         );
         let expected = self.config.dimensions;
-        let (pool, rewritten) = tokio::task::spawn_blocking(move || {
-            load_pool(&model, pooling, &settings, threads, expected)
+        tokio::task::spawn_blocking(move || {
+            load_pool(
+                &model,
+                pooling,
+                &settings,
+                threads,
+                one_text_per_call,
+                expected,
+            )
         })
         .await
-        .map_err(|e| EmbedError::Setup(format!("loading the ONNX sessions failed: {e}")))??;
-        let _ = self.cls_only_last_layer.set(rewritten);
-        Ok(pool)
+        .map_err(|e| EmbedError::Setup(format!("loading the ONNX sessions failed: {e}")))?
+    }
+
+    /// Whether every call on the query pool is one text: queries always are; documents too
+    /// when they share it with `document_batch_size` 1.
+    fn queries_one_text_per_call(&self) -> bool {
+        match self.documents {
+            DocumentSessions::Queries => self.settings.document_batch_size == 1,
+            DocumentSessions::Own(_) => true,
+        }
     }
 
     /// The query session, loading it on first use.
     async fn query_pool(&self) -> Result<&SessionPool, EmbedError> {
         self.queries
-            .get_or_try_init(|| self.spawn_load(self.settings.threads))
+            .get_or_try_init(|| async {
+                let (pool, rewrites) = self
+                    .spawn_load(self.settings.threads, self.queries_one_text_per_call())
+                    .await?;
+                let _ = self.query_graph.set(rewrites);
+                Ok(pool)
+            })
             .await
     }
 
@@ -334,8 +391,15 @@ impl Shared {
         match &self.documents {
             DocumentSessions::Queries => self.query_pool().await,
             DocumentSessions::Own(pool) => {
-                pool.get_or_try_init(|| self.spawn_load(self.settings.document_threads))
-                    .await
+                pool.get_or_try_init(|| async {
+                    let one_text = self.settings.document_batch_size == 1;
+                    let (pool, rewrites) = self
+                        .spawn_load(self.settings.document_threads, one_text)
+                        .await?;
+                    let _ = self.document_graph.set(rewrites);
+                    Ok(pool)
+                })
+                .await
             }
         }
     }
@@ -411,25 +475,6 @@ impl OnnxEmbedder {
         }
         let config = EmbeddingModelConfig::for_folder(dir)?;
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
-        // Without the catalogue's size, the graph tells it: the query session loads now.
-        let queries = match config.dimensions {
-            Some(_) => None,
-            None => Some(load_pool(
-                &model,
-                config.pooling,
-                settings,
-                settings.threads,
-                None,
-            )?),
-        };
-        let declared = queries
-            .as_ref()
-            .and_then(|(pool, _)| declared_dimensions(pool));
-        let cls_only_last_layer = std::sync::OnceLock::new();
-        let queries = queries.map(|(pool, rewritten)| {
-            let _ = cls_only_last_layer.set(rewritten);
-            pool
-        });
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let documents =
             if settings.document_threads.clamp(1, cores) == settings.threads.clamp(1, cores) {
@@ -437,8 +482,8 @@ impl OnnxEmbedder {
             } else {
                 DocumentSessions::Own(tokio::sync::OnceCell::new())
             };
-        let shared = Arc::new(Shared {
-            queries: tokio::sync::OnceCell::new_with(queries),
+        let mut shared = Shared {
+            queries: tokio::sync::OnceCell::new(),
             documents,
             tokenizer,
             config,
@@ -447,8 +492,25 @@ impl OnnxEmbedder {
                 document_batch_size: settings.document_batch_size.max(1),
                 ..settings.clone()
             },
-            cls_only_last_layer,
-        });
+            query_graph: std::sync::OnceLock::new(),
+            document_graph: std::sync::OnceLock::new(),
+        };
+        // Without the catalogue's size, the graph tells it: the query session loads now.
+        let mut declared = None;
+        if shared.config.dimensions.is_none() {
+            let (pool, rewrites) = load_pool(
+                &shared.model,
+                shared.config.pooling,
+                &shared.settings,
+                shared.settings.threads,
+                shared.queries_one_text_per_call(),
+                None,
+            )?;
+            declared = declared_dimensions(&pool);
+            let _ = shared.query_graph.set(rewrites);
+            shared.queries = tokio::sync::OnceCell::new_with(Some(pool));
+        }
+        let shared = Arc::new(shared);
         let dimensions = match shared.config.dimensions.or(declared) {
             Some(d) => d,
             None => probe_dimensions(&shared)?,
@@ -478,7 +540,29 @@ impl OnnxEmbedder {
     /// Whether the sessions run a graph whose last layer computes `[CLS]` alone (see
     /// `embeddings.cls_only_last_layer`); `None` until a first pool of sessions has loaded.
     pub fn cls_only_last_layer(&self) -> Option<bool> {
-        self.shared.cls_only_last_layer.get().copied()
+        self.loaded_graph().map(|g| g.cls_only)
+    }
+
+    /// Whether the query session and the document sessions run a graph without its
+    /// attention-mask additions (see `embeddings.unmasked_single_text`); `None` for a pool not
+    /// loaded yet. Documents on the query session report the query session's.
+    pub fn unmasked_sessions(&self) -> (Option<bool>, Option<bool>) {
+        let queries = self.shared.query_graph.get().map(|g| g.unmasked);
+        let documents = match self.shared.documents {
+            DocumentSessions::Queries => queries,
+            DocumentSessions::Own(_) => self.shared.document_graph.get().map(|g| g.unmasked),
+        };
+        (queries, documents)
+    }
+
+    /// The rewrites of the first pool that loaded.
+    fn loaded_graph(&self) -> Option<GraphRewrites> {
+        let shared = &self.shared;
+        shared
+            .query_graph
+            .get()
+            .or_else(|| shared.document_graph.get())
+            .copied()
     }
 }
 

@@ -1,0 +1,359 @@
+//! Removes the attention-mask addition from a BERT-style encoder graph, for sessions that run
+//! one text per call.
+//!
+//! A BERT export turns `attention_mask` into an additive bias once (`(1 - mask) × min_float`,
+//! shaped `[batch, 1, 1, seq]`), and every layer adds it to its `[batch, heads, seq, seq]`
+//! attention scores before the softmax. A call with one text has no padding: its mask is all
+//! ones, the bias all zeros, and the additions change nothing, yet each one is a pass over
+//! `heads × seq²` scores (12 × 258² floats per layer for a 258-token chunk). Sessions that only
+//! ever run one text per call (queries; documents with `embeddings.document_batch_size` 1) load
+//! the graph without those additions: each softmax reads the scaled scores directly. The vectors
+//! are the same: the removed operations added zeros (cosine 1.0 against the unmodified
+//! bge-small-en-v1.5 graph, `tests/models_embedding.rs`).
+//!
+//! Without the additions ONNX Runtime would fuse each residual `Add` with its `LayerNormalization`
+//! into `SkipLayerNormalization`, which is slower on this CPU than the two apart; `session_pool`
+//! turns that fusion off for every session.
+//!
+//! Recognised: Hugging Face BERT exports, where every layer's `/encoder/layer.N/attention/self/Add`
+//! adds one tensor, computed from the `attention_mask` input alone, to scores computed in the
+//! layer, and only `Softmax` nodes read the sum. Any other graph is kept as it is, with the
+//! reason.
+
+use std::collections::{BTreeSet, HashSet};
+
+use super::onnx_proto::{
+    GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_NODE, GRAPH_OUTPUT, ParsedModel, layer_of, put_bytes,
+};
+
+/// The graph input the bias is computed from.
+const MASK_INPUT: &str = "attention_mask";
+
+/// Returns `model` without its attention-mask additions, or why the graph is kept as it is.
+pub(crate) fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
+    let parsed = ParsedModel::parse(model)?;
+    let removals = find(&parsed)?;
+    let removed: HashSet<usize> = removals.iter().map(|r| r.add).collect();
+    let mut new_graph = Vec::with_capacity(model.len());
+    let mut node_index = 0;
+    for field in &parsed.graph {
+        if field.number != GRAPH_NODE {
+            new_graph.extend_from_slice(field.raw);
+            continue;
+        }
+        let node = &parsed.nodes[node_index];
+        node_index += 1;
+        if removed.contains(&(node_index - 1)) {
+            continue;
+        }
+        match removals.iter().find(|r| node.inputs.contains(&r.sum)) {
+            Some(removal) => {
+                let replaced = node.with_input_replaced(&removal.sum, &removal.scores)?;
+                put_bytes(&mut new_graph, GRAPH_NODE, &replaced);
+            }
+            None => new_graph.extend_from_slice(field.raw),
+        }
+    }
+    Ok(parsed.with_graph(&new_graph))
+}
+
+/// One layer's mask addition: the `Add` node, the scores it reads, the sum it writes.
+#[derive(Debug)]
+struct Removal {
+    add: usize,
+    scores: String,
+    sum: String,
+}
+
+/// Every layer's mask addition, or why the graph is not recognised.
+fn find(parsed: &ParsedModel) -> Result<Vec<Removal>, String> {
+    let nodes = &parsed.nodes;
+    let layers: BTreeSet<usize> = nodes.iter().filter_map(|n| layer_of(&n.name)).collect();
+    if layers.is_empty() {
+        return Err("no node is named /encoder/layer.N/… (not a Hugging Face BERT export)".into());
+    }
+    let graph_outputs = parsed.names(GRAPH_OUTPUT)?;
+    let mut bias: Option<&str> = None;
+    let mut removals = Vec::with_capacity(layers.len());
+    for layer in layers {
+        let prefix = format!("/encoder/layer.{layer}/");
+        let name = format!("{prefix}attention/self/Add");
+        let add = nodes
+            .iter()
+            .position(|n| n.name == name && n.op_type == "Add")
+            .ok_or(format!("no Add node {name}"))?;
+        let in_layer = |tensor: &str| {
+            parsed
+                .producer_of(tensor)
+                .is_some_and(|p| nodes[p].name.starts_with(&prefix))
+        };
+        let (scores, mask) = match nodes[add].inputs.as_slice() {
+            [a, b] if in_layer(a) && !in_layer(b) => (a, b),
+            [a, b] if in_layer(b) && !in_layer(a) => (b, a),
+            _ => {
+                return Err(format!(
+                    "{name} does not add one tensor from outside its layer to scores from inside"
+                ));
+            }
+        };
+        match bias {
+            None => {
+                check_mask_only(parsed, mask)?;
+                bias = Some(mask);
+            }
+            Some(first) if first == mask => {}
+            Some(first) => {
+                return Err(format!(
+                    "{name} adds {mask}, the other layers {first}: not one mask bias"
+                ));
+            }
+        }
+        let [sum] = nodes[add].outputs.as_slice() else {
+            return Err(format!("{name} does not have one output"));
+        };
+        let readers: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.inputs.contains(sum))
+            .map(|n| n.op_type.as_str())
+            .collect();
+        if readers.is_empty()
+            || readers.iter().any(|op| *op != "Softmax")
+            || graph_outputs.contains(sum)
+        {
+            return Err(format!("{name}'s sum is read by more than Softmax nodes"));
+        }
+        removals.push(Removal {
+            add,
+            scores: scores.clone(),
+            sum: sum.clone(),
+        });
+    }
+    Ok(removals)
+}
+
+/// Checks that `tensor` is computed from the `attention_mask` input and constants alone (no
+/// other input of the graph reaches it), so that an all-ones mask makes it the same for every
+/// text: the zeros of `(1 - mask) × min_float`.
+fn check_mask_only(parsed: &ParsedModel, tensor: &str) -> Result<(), String> {
+    let initializers: HashSet<String> = parsed.names(GRAPH_INITIALIZER)?.into_iter().collect();
+    let data_inputs: HashSet<String> = parsed
+        .names(GRAPH_INPUT)?
+        .into_iter()
+        .filter(|name| !initializers.contains(name))
+        .collect();
+    let mut seen = HashSet::new();
+    let mut pending = vec![tensor.to_string()];
+    let mut reads_mask = false;
+    while let Some(current) = pending.pop() {
+        if !seen.insert(current.clone()) {
+            continue;
+        }
+        if data_inputs.contains(&current) {
+            if current != MASK_INPUT {
+                return Err(format!(
+                    "the mask bias {tensor} also depends on the input {current}"
+                ));
+            }
+            reads_mask = true;
+            continue;
+        }
+        if let Some(producer) = parsed.producer_of(&current) {
+            pending.extend(
+                parsed.nodes[producer]
+                    .inputs
+                    .iter()
+                    .filter(|input| !input.is_empty())
+                    .cloned(),
+            );
+        }
+    }
+    if reads_mask {
+        Ok(())
+    } else {
+        Err(format!(
+            "the added tensor {tensor} is not computed from {MASK_INPUT}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::onnx_proto::{
+        MODEL_GRAPH, MODEL_OPSET_IMPORT, NODE_INPUT, NODE_NAME, NODE_OP_TYPE, NODE_OUTPUT, Node,
+        OPSET_VERSION, fields, put_varint, single,
+    };
+    use super::*;
+
+    // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the
+    // unmodified one, is tested in `tests/models_embedding.rs`.
+
+    fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+        let mut n = Vec::new();
+        for i in inputs {
+            put_bytes(&mut n, NODE_INPUT, i.as_bytes());
+        }
+        for o in outputs {
+            put_bytes(&mut n, NODE_OUTPUT, o.as_bytes());
+        }
+        put_bytes(&mut n, NODE_NAME, name.as_bytes());
+        put_bytes(&mut n, NODE_OP_TYPE, op.as_bytes());
+        // An attribute the rewrite does not read: it must survive byte for byte.
+        put_bytes(&mut n, 5, b"\x0a\x04axis\x20\x01");
+        n
+    }
+
+    fn value_info(name: &str) -> Vec<u8> {
+        let mut v = Vec::new();
+        put_bytes(&mut v, 1, name.as_bytes());
+        v
+    }
+
+    /// The attention of a two-layer BERT export: the mask bias computed once from
+    /// `attention_mask`, each layer's scores, the bias added, a softmax. `mask_from` is the
+    /// input the bias is computed from.
+    fn model(mask_from: &str, second_layer_reader: &str) -> Vec<u8> {
+        let mut nodes = vec![
+            node("/Cast", "Cast", &[mask_from], &["/Cast_output_0"]),
+            node(
+                "/Mul",
+                "Mul",
+                &["/Cast_output_0", "min"],
+                &["/Mul_output_0"],
+            ),
+        ];
+        for (layer, reader) in [(0, "Softmax"), (1, second_layer_reader)] {
+            let p = format!("/encoder/layer.{layer}/attention/self/");
+            let scores = format!("{p}Div_output_0");
+            let sum = format!("{p}Add_output_0");
+            let input = if layer == 0 {
+                "input_ids".to_string()
+            } else {
+                "/encoder/layer.0/attention/self/Softmax_output_0".to_string()
+            };
+            nodes.push(node(&format!("{p}Div"), "Div", &[&input, "c"], &[&scores]));
+            nodes.push(node(
+                &format!("{p}Add"),
+                "Add",
+                &[&scores, "/Mul_output_0"],
+                &[&sum],
+            ));
+            nodes.push(node(
+                &format!("{p}Softmax"),
+                reader,
+                &[&sum],
+                &[&format!("{p}Softmax_output_0")],
+            ));
+        }
+        let mut graph = Vec::new();
+        for n in &nodes {
+            put_bytes(&mut graph, GRAPH_NODE, n);
+        }
+        put_bytes(&mut graph, 2, b"graph-name");
+        for input in ["input_ids", "attention_mask", "min"] {
+            put_bytes(&mut graph, GRAPH_INPUT, &value_info(input));
+        }
+        let mut initializer = Vec::new();
+        put_bytes(&mut initializer, 8, b"min");
+        put_bytes(&mut graph, GRAPH_INITIALIZER, &initializer);
+        put_bytes(
+            &mut graph,
+            GRAPH_OUTPUT,
+            &value_info("/encoder/layer.1/attention/self/Softmax_output_0"),
+        );
+        let mut opset_id = Vec::new();
+        put_varint(&mut opset_id, OPSET_VERSION, 11);
+        let mut out = Vec::new();
+        put_varint(&mut out, 1, 8); // ir_version
+        put_bytes(&mut out, MODEL_OPSET_IMPORT, &opset_id);
+        put_bytes(&mut out, MODEL_GRAPH, &graph);
+        out
+    }
+
+    fn graph_nodes(model: &[u8]) -> Vec<(String, Vec<String>, Vec<u8>)> {
+        let model_fields = fields(model).expect("model");
+        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
+        fields(graph.payload)
+            .expect("graph fields")
+            .iter()
+            .filter(|f| f.number == GRAPH_NODE)
+            .map(|f| {
+                let n = Node::parse(f.payload).expect("node");
+                (n.name, n.inputs, f.payload.to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_softmax_reads_the_scores_without_the_mask_bias() {
+        let original = model("attention_mask", "Softmax");
+        let rewritten = rewrite(&original).expect("recognised");
+        let nodes = graph_nodes(&rewritten);
+        let names: Vec<&str> = nodes.iter().map(|n| n.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "/Cast",
+                "/Mul",
+                "/encoder/layer.0/attention/self/Div",
+                "/encoder/layer.0/attention/self/Softmax",
+                "/encoder/layer.1/attention/self/Div",
+                "/encoder/layer.1/attention/self/Softmax",
+            ],
+            "the two additions are gone, nothing else"
+        );
+        assert_eq!(nodes[3].1, ["/encoder/layer.0/attention/self/Div_output_0"]);
+        assert_eq!(nodes[5].1, ["/encoder/layer.1/attention/self/Div_output_0"]);
+        let before = graph_nodes(&original);
+        assert_eq!(
+            nodes[2].2, before[2].2,
+            "untouched nodes are copied byte for byte"
+        );
+        assert!(
+            nodes[3].2.windows(5).any(|w| w == b"\x04axis"),
+            "a rewritten node keeps the fields it does not change"
+        );
+        let model_fields = fields(&rewritten).expect("fields");
+        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
+        assert!(
+            fields(graph.payload)
+                .expect("graph fields")
+                .iter()
+                .any(|f| f.number == 2 && f.payload == b"graph-name"),
+            "other graph fields survive"
+        );
+        assert_eq!(
+            model_fields[0].raw,
+            fields(&original).expect("fields")[0].raw
+        );
+    }
+
+    #[test]
+    fn graphs_it_does_not_recognise_are_kept_with_the_reason() {
+        let other_input = rewrite(&model("input_ids", "Softmax")).unwrap_err();
+        assert!(
+            other_input.contains("depends on the input input_ids"),
+            "{other_input}"
+        );
+        let other_reader = rewrite(&model("attention_mask", "Relu")).unwrap_err();
+        assert!(
+            other_reader.contains("read by more than Softmax"),
+            "{other_reader}"
+        );
+        let mut graph = Vec::new();
+        put_bytes(
+            &mut graph,
+            GRAPH_NODE,
+            &node("/pooler/dense", "Gemm", &["x"], &["y"]),
+        );
+        let mut not_bert = Vec::new();
+        put_bytes(&mut not_bert, MODEL_GRAPH, &graph);
+        assert!(
+            rewrite(&not_bert)
+                .unwrap_err()
+                .contains("not a Hugging Face BERT export")
+        );
+        for garbage in [&b"\x3a\xff\xff\xff\xff\x0f"[..], b"\x0b", b"not a model"] {
+            assert!(rewrite(garbage).is_err(), "garbage is refused, not a panic");
+        }
+    }
+}
