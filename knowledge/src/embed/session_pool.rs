@@ -104,16 +104,6 @@ impl ModelGraph {
     }
 }
 
-/// ONNX Runtime graph optimisations every session turns off. `SkipLayerNormFusion` fuses a
-/// residual `Add` with the `LayerNormalization` after it; ONNX Runtime 1.31's CPU kernel for the
-/// fused node is slower on this project's 2-core Xeon (AVX-512) than the two nodes apart, and by
-/// a lot: in the cross-encoder's graph, 20 pairs of 160 tokens took 338 ms fused and 298 ms
-/// unfused on 2 threads; in bge-small's graph without its mask additions (`unmasked_graph`)
-/// the 24 fused nodes took 15.7 ms of a 258-token text, against 2.7 ms for the adds and norms
-/// apart. The results are the same operations in the same order (all-MiniLM-L6-v2's vectors
-/// within 3e-6; int8 graphs' within their quantisation noise).
-const DISABLED_OPTIMIZERS: &str = "SkipLayerNormFusion";
-
 /// Sessions of one model on worker threads.
 pub(crate) struct SessionPool {
     sender: Option<mpsc::Sender<Job>>,
@@ -127,12 +117,14 @@ impl SessionPool {
     /// Loads `graph` once per worker. Workers × `threads` intra-op threads stay within the
     /// machine's cores (at least one worker). `settings` locate ONNX Runtime.
     /// `preferred_outputs` picks the output by name (first match), else the graph's first
-    /// output is used.
+    /// output is used. `disabled_optimizers` names ONNX Runtime graph optimisations to leave
+    /// out (`;`-separated; empty: none).
     pub fn load(
         graph: &ModelGraph,
         settings: &EmbeddingSettings,
         threads: usize,
         preferred_outputs: &[&str],
+        disabled_optimizers: &str,
     ) -> Result<Self, EmbedError> {
         let (_, env) = super::runtime::environment(settings)?;
         let model = graph.path();
@@ -148,9 +140,12 @@ impl SessionPool {
                 .with_intra_threads(threads)
                 .map_err(|e| load_failed(&e))?
                 .with_inter_threads(1)
-                .map_err(|e| load_failed(&e))?
-                .with_disabled_optimizers(DISABLED_OPTIMIZERS)
                 .map_err(|e| load_failed(&e))?;
+            if !disabled_optimizers.is_empty() {
+                builder = builder
+                    .with_disabled_optimizers(disabled_optimizers)
+                    .map_err(|e| load_failed(&e))?;
+            }
             match graph {
                 ModelGraph::File(path) => builder.commit_from_file(path),
                 ModelGraph::Rewritten { bytes, .. } => builder.commit_from_memory(bytes),

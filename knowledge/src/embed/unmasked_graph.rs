@@ -12,8 +12,8 @@
 //! bge-small-en-v1.5 graph, `tests/models_embedding.rs`).
 //!
 //! Without the additions ONNX Runtime would fuse each residual `Add` with its `LayerNormalization`
-//! into `SkipLayerNormalization`, which is slower on this CPU than the two apart; `session_pool`
-//! turns that fusion off for every session.
+//! into `SkipLayerNormalization`, which is slower on this CPU than the two apart; the embedder's
+//! sessions turn that fusion off (`onnx::EMBEDDER_DISABLED_OPTIMIZERS`).
 //!
 //! Recognised: Hugging Face BERT exports, where every layer's `/encoder/layer.N/attention/self/Add`
 //! adds one tensor, computed from the `attention_mask` input alone, to scores computed in the
