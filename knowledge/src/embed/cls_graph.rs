@@ -209,26 +209,13 @@ fn slice_node(input: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::onnx_proto::{MODEL_GRAPH, put_varint, single};
+    use super::super::onnx_proto::test_graph::{
+        ATTRIBUTE, assert_other_fields_survive, graph_fields, graph_nodes, model as skeleton, node,
+    };
     use super::*;
 
     // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the
     // unmodified one, is tested in `tests/models_embedding.rs`.
-
-    fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
-        let mut n = Vec::new();
-        for i in inputs {
-            put_bytes(&mut n, NODE_INPUT, i.as_bytes());
-        }
-        for o in outputs {
-            put_bytes(&mut n, NODE_OUTPUT, o.as_bytes());
-        }
-        put_bytes(&mut n, NODE_NAME, name.as_bytes());
-        put_bytes(&mut n, NODE_OP_TYPE, op.as_bytes());
-        // An attribute the rewrite does not read: it must survive byte for byte.
-        put_bytes(&mut n, 5, b"\x0a\x04axis\x20\x01");
-        n
-    }
 
     /// The skeleton of a two-layer quantised BERT export: only the nodes the rewrite looks at.
     fn model(opset: u64) -> Vec<u8> {
@@ -270,32 +257,7 @@ mod tests {
                 &["last_hidden_state"],
             ),
         ];
-        let mut graph = Vec::new();
-        for n in &nodes {
-            put_bytes(&mut graph, GRAPH_NODE, n);
-        }
-        put_bytes(&mut graph, 2, b"graph-name");
-        let mut opset_id = Vec::new();
-        put_varint(&mut opset_id, OPSET_VERSION, opset);
-        let mut out = Vec::new();
-        put_varint(&mut out, 1, 8); // ir_version
-        put_bytes(&mut out, MODEL_OPSET_IMPORT, &opset_id);
-        put_bytes(&mut out, MODEL_GRAPH, &graph);
-        out
-    }
-
-    fn graph_nodes(model: &[u8]) -> Vec<(String, String, Vec<String>, Vec<u8>)> {
-        let model_fields = fields(model).expect("model");
-        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
-        fields(graph.payload)
-            .expect("graph fields")
-            .iter()
-            .filter(|f| f.number == GRAPH_NODE)
-            .map(|f| {
-                let n = Node::parse(f.payload).expect("node");
-                (n.name, n.op_type, n.inputs, f.payload.to_vec())
-            })
-            .collect()
+        skeleton(&nodes, &[], opset)
     }
 
     #[test]
@@ -339,52 +301,24 @@ mod tests {
             "untouched nodes are copied byte for byte"
         );
         assert!(
-            nodes[4].3.windows(5).any(|w| w == b"\x04axis"),
+            nodes[4].3.windows(ATTRIBUTE.len()).any(|w| w == ATTRIBUTE),
             "a rewritten node keeps the fields it does not change"
         );
-        let model_fields = fields(&rewritten).expect("fields");
-        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
-        let initializers: Vec<Vec<u8>> = fields(graph.payload)
-            .expect("graph fields")
-            .iter()
-            .filter(|f| f.number == GRAPH_INITIALIZER)
-            .map(|f| f.payload.to_vec())
-            .collect();
         assert_eq!(
-            initializers,
+            graph_fields(&rewritten, GRAPH_INITIALIZER),
             [
                 int64_tensor(STARTS, 0),
                 int64_tensor(ENDS, 1),
                 int64_tensor(AXES, 1)
             ]
         );
-        assert!(
-            fields(graph.payload)
-                .expect("graph fields")
-                .iter()
-                .any(|f| f.number == 2 && f.payload == b"graph-name"),
-            "other graph fields survive"
-        );
-        assert_eq!(
-            model_fields[0].raw,
-            fields(&original).expect("fields")[0].raw
-        );
+        assert_other_fields_survive(&original, &rewritten);
     }
 
     #[test]
     fn graphs_it_does_not_recognise_are_kept_with_the_reason() {
         assert!(rewrite(&model(9)).unwrap_err().contains("older than 10"));
-        let mut graph = Vec::new();
-        put_bytes(
-            &mut graph,
-            GRAPH_NODE,
-            &node("/pooler/dense", "Gemm", &["x"], &["y"]),
-        );
-        let mut opset_id = Vec::new();
-        put_varint(&mut opset_id, OPSET_VERSION, 17);
-        let mut other = Vec::new();
-        put_bytes(&mut other, MODEL_OPSET_IMPORT, &opset_id);
-        put_bytes(&mut other, MODEL_GRAPH, &graph);
+        let other = skeleton(&[node("/pooler/dense", "Gemm", &["x"], &["y"])], &[], 17);
         assert!(
             rewrite(&other)
                 .unwrap_err()

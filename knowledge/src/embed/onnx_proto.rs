@@ -246,3 +246,79 @@ pub(super) fn single<'f, 'a>(
         (Some(_), Some(_)) => Err(format!("the model repeats field {number}")),
     }
 }
+
+/// Skeleton graphs for the rewrites' unit tests.
+#[cfg(test)]
+pub(super) mod test_graph {
+    use super::*;
+
+    /// A node carrying an attribute no rewrite reads (it must survive byte for byte).
+    pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+        let mut n = Vec::new();
+        for i in inputs {
+            put_bytes(&mut n, NODE_INPUT, i.as_bytes());
+        }
+        for o in outputs {
+            put_bytes(&mut n, NODE_OUTPUT, o.as_bytes());
+        }
+        put_bytes(&mut n, NODE_NAME, name.as_bytes());
+        put_bytes(&mut n, NODE_OP_TYPE, op.as_bytes());
+        put_bytes(&mut n, 5, ATTRIBUTE);
+        n
+    }
+
+    /// The attribute `node` adds (`axis = 1`).
+    pub const ATTRIBUTE: &[u8] = b"\x0a\x04axis\x20\x01";
+
+    /// A model (IR 8, default-domain `opset`) whose graph holds `nodes`, a name
+    /// (`graph-name`) and the already encoded graph fields `extra`.
+    pub fn model(nodes: &[Vec<u8>], extra: &[u8], opset: u64) -> Vec<u8> {
+        let mut graph = Vec::new();
+        for n in nodes {
+            put_bytes(&mut graph, GRAPH_NODE, n);
+        }
+        put_bytes(&mut graph, 2, b"graph-name");
+        graph.extend_from_slice(extra);
+        let mut opset_id = Vec::new();
+        put_varint(&mut opset_id, OPSET_VERSION, opset);
+        let mut out = Vec::new();
+        put_varint(&mut out, 1, 8); // ir_version
+        put_bytes(&mut out, MODEL_OPSET_IMPORT, &opset_id);
+        put_bytes(&mut out, MODEL_GRAPH, &graph);
+        out
+    }
+
+    /// Name, op type, inputs and bytes of each node of `model`'s graph, in order.
+    pub fn graph_nodes(model: &[u8]) -> Vec<(String, String, Vec<String>, Vec<u8>)> {
+        ParsedModel::parse(model)
+            .expect("a model")
+            .nodes
+            .into_iter()
+            .map(|n| (n.name, n.op_type, n.inputs, n.raw.to_vec()))
+            .collect()
+    }
+
+    /// The payloads of `rewritten`'s graph fields numbered `number`.
+    pub fn graph_fields(rewritten: &[u8], number: u32) -> Vec<Vec<u8>> {
+        ParsedModel::parse(rewritten)
+            .expect("a model")
+            .graph
+            .iter()
+            .filter(|f| f.number == number)
+            .map(|f| f.payload.to_vec())
+            .collect()
+    }
+
+    /// What a rewrite does not touch came through: the graph's name, the model's first field.
+    pub fn assert_other_fields_survive(original: &[u8], rewritten: &[u8]) {
+        assert_eq!(
+            graph_fields(rewritten, 2),
+            [b"graph-name".to_vec()],
+            "other graph fields survive"
+        );
+        assert_eq!(
+            fields(rewritten).expect("fields")[0].raw,
+            fields(original).expect("fields")[0].raw
+        );
+    }
+}

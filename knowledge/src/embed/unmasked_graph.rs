@@ -178,29 +178,13 @@ fn check_mask_only(parsed: &ParsedModel, tensor: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::onnx_proto::{
-        MODEL_GRAPH, MODEL_OPSET_IMPORT, NODE_INPUT, NODE_NAME, NODE_OP_TYPE, NODE_OUTPUT, Node,
-        OPSET_VERSION, fields, put_varint, single,
+    use super::super::onnx_proto::test_graph::{
+        ATTRIBUTE, assert_other_fields_survive, graph_nodes, model as skeleton, node,
     };
     use super::*;
 
     // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the
     // unmodified one, is tested in `tests/models_embedding.rs`.
-
-    fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
-        let mut n = Vec::new();
-        for i in inputs {
-            put_bytes(&mut n, NODE_INPUT, i.as_bytes());
-        }
-        for o in outputs {
-            put_bytes(&mut n, NODE_OUTPUT, o.as_bytes());
-        }
-        put_bytes(&mut n, NODE_NAME, name.as_bytes());
-        put_bytes(&mut n, NODE_OP_TYPE, op.as_bytes());
-        // An attribute the rewrite does not read: it must survive byte for byte.
-        put_bytes(&mut n, 5, b"\x0a\x04axis\x20\x01");
-        n
-    }
 
     fn value_info(name: &str) -> Vec<u8> {
         let mut v = Vec::new();
@@ -208,9 +192,9 @@ mod tests {
         v
     }
 
-    /// The attention of a two-layer BERT export: the mask bias computed once from
-    /// `attention_mask`, each layer's scores, the bias added, a softmax. `mask_from` is the
-    /// input the bias is computed from.
+    /// The attention of a two-layer BERT export: the mask bias computed once from `mask_from`
+    /// (`attention_mask` in a real export), each layer's scores, the bias added, then read by
+    /// `Softmax` (by `second_layer_reader` in the second layer).
     fn model(mask_from: &str, second_layer_reader: &str) -> Vec<u8> {
         let mut nodes = vec![
             node("/Cast", "Cast", &[mask_from], &["/Cast_output_0"]),
@@ -244,43 +228,19 @@ mod tests {
                 &[&format!("{p}Softmax_output_0")],
             ));
         }
-        let mut graph = Vec::new();
-        for n in &nodes {
-            put_bytes(&mut graph, GRAPH_NODE, n);
-        }
-        put_bytes(&mut graph, 2, b"graph-name");
+        let mut extra = Vec::new();
         for input in ["input_ids", "attention_mask", "min"] {
-            put_bytes(&mut graph, GRAPH_INPUT, &value_info(input));
+            put_bytes(&mut extra, GRAPH_INPUT, &value_info(input));
         }
         let mut initializer = Vec::new();
         put_bytes(&mut initializer, 8, b"min");
-        put_bytes(&mut graph, GRAPH_INITIALIZER, &initializer);
+        put_bytes(&mut extra, GRAPH_INITIALIZER, &initializer);
         put_bytes(
-            &mut graph,
+            &mut extra,
             GRAPH_OUTPUT,
             &value_info("/encoder/layer.1/attention/self/Softmax_output_0"),
         );
-        let mut opset_id = Vec::new();
-        put_varint(&mut opset_id, OPSET_VERSION, 11);
-        let mut out = Vec::new();
-        put_varint(&mut out, 1, 8); // ir_version
-        put_bytes(&mut out, MODEL_OPSET_IMPORT, &opset_id);
-        put_bytes(&mut out, MODEL_GRAPH, &graph);
-        out
-    }
-
-    fn graph_nodes(model: &[u8]) -> Vec<(String, Vec<String>, Vec<u8>)> {
-        let model_fields = fields(model).expect("model");
-        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
-        fields(graph.payload)
-            .expect("graph fields")
-            .iter()
-            .filter(|f| f.number == GRAPH_NODE)
-            .map(|f| {
-                let n = Node::parse(f.payload).expect("node");
-                (n.name, n.inputs, f.payload.to_vec())
-            })
-            .collect()
+        skeleton(&nodes, &extra, 11)
     }
 
     #[test]
@@ -301,30 +261,18 @@ mod tests {
             ],
             "the two additions are gone, nothing else"
         );
-        assert_eq!(nodes[3].1, ["/encoder/layer.0/attention/self/Div_output_0"]);
-        assert_eq!(nodes[5].1, ["/encoder/layer.1/attention/self/Div_output_0"]);
+        assert_eq!(nodes[3].2, ["/encoder/layer.0/attention/self/Div_output_0"]);
+        assert_eq!(nodes[5].2, ["/encoder/layer.1/attention/self/Div_output_0"]);
         let before = graph_nodes(&original);
         assert_eq!(
-            nodes[2].2, before[2].2,
+            nodes[2].3, before[2].3,
             "untouched nodes are copied byte for byte"
         );
         assert!(
-            nodes[3].2.windows(5).any(|w| w == b"\x04axis"),
+            nodes[3].3.windows(ATTRIBUTE.len()).any(|w| w == ATTRIBUTE),
             "a rewritten node keeps the fields it does not change"
         );
-        let model_fields = fields(&rewritten).expect("fields");
-        let graph = single(&model_fields, MODEL_GRAPH, "graph").expect("graph");
-        assert!(
-            fields(graph.payload)
-                .expect("graph fields")
-                .iter()
-                .any(|f| f.number == 2 && f.payload == b"graph-name"),
-            "other graph fields survive"
-        );
-        assert_eq!(
-            model_fields[0].raw,
-            fields(&original).expect("fields")[0].raw
-        );
+        assert_other_fields_survive(&original, &rewritten);
     }
 
     #[test]
@@ -339,14 +287,7 @@ mod tests {
             other_reader.contains("read by more than Softmax"),
             "{other_reader}"
         );
-        let mut graph = Vec::new();
-        put_bytes(
-            &mut graph,
-            GRAPH_NODE,
-            &node("/pooler/dense", "Gemm", &["x"], &["y"]),
-        );
-        let mut not_bert = Vec::new();
-        put_bytes(&mut not_bert, MODEL_GRAPH, &graph);
+        let not_bert = skeleton(&[node("/pooler/dense", "Gemm", &["x"], &["y"])], &[], 17);
         assert!(
             rewrite(&not_bert)
                 .unwrap_err()
