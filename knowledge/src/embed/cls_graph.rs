@@ -21,9 +21,8 @@
 //! copied byte for byte.
 
 use super::onnx_proto::{
-    GRAPH_INITIALIZER, GRAPH_NODE, MODEL_OPSET_IMPORT, NODE_INPUT, NODE_NAME, NODE_OP_TYPE,
-    NODE_OUTPUT, Node, OPSET_DOMAIN, OPSET_VERSION, ParsedModel, fields, int64_tensor, layer_of,
-    put_bytes,
+    GraphEdits, MODEL_OPSET_IMPORT, NODE_INPUT, NODE_NAME, NODE_OP_TYPE, NODE_OUTPUT, Node,
+    OPSET_DOMAIN, OPSET_VERSION, ParsedModel, Reroute, fields, int64_tensor, layer_of, put_bytes,
 };
 
 /// Names of what the rewrite adds (checked to be free in the graph).
@@ -32,50 +31,34 @@ const ENDS: &str = "orkeon.cls_only.ends";
 const AXES: &str = "orkeon.cls_only.axes";
 const SLICED_SUFFIX: &str = ".orkeon_cls_row";
 
-/// Returns `model` with a `[CLS]`-only last layer, or why the graph is kept as it is.
-pub(crate) fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
-    let parsed = ParsedModel::parse(model)?;
-    check_opset(&parsed)?;
-    let nodes = &parsed.nodes;
-    let plan = Plan::find(nodes)?;
-
-    let mut new_graph = Vec::with_capacity(model.len() + 512);
-    let mut node_index = 0;
-    for field in &parsed.graph {
-        if field.number != GRAPH_NODE {
-            new_graph.extend_from_slice(field.raw);
-            continue;
-        }
-        let node = &nodes[node_index];
-        if node_index == plan.query {
-            let replaced =
-                node.with_input_replaced(&plan.query_input, &sliced(&plan.query_input))?;
-            put_bytes(&mut new_graph, GRAPH_NODE, &replaced);
-        } else if node_index == plan.residual {
-            let replaced = node.with_input_replaced(&plan.hidden, &sliced(&plan.hidden))?;
-            put_bytes(&mut new_graph, GRAPH_NODE, &replaced);
-        } else {
-            new_graph.extend_from_slice(field.raw);
-        }
-        if node_index == plan.insert_after {
-            let mut inputs = vec![plan.hidden.as_str()];
-            if plan.query_input != plan.hidden {
-                inputs.push(plan.query_input.as_str());
-            }
-            for input in inputs {
-                put_bytes(&mut new_graph, GRAPH_NODE, &slice_node(input));
-            }
-        }
-        node_index += 1;
+/// The edits that give `parsed` a `[CLS]`-only last layer, or why the graph is kept as it is.
+pub(crate) fn edits(parsed: &ParsedModel) -> Result<GraphEdits, String> {
+    check_opset(parsed)?;
+    let plan = Plan::find(&parsed.nodes)?;
+    let mut edits = GraphEdits::default();
+    for (node, tensor) in [
+        (plan.query, &plan.query_input),
+        (plan.residual, &plan.hidden),
+    ] {
+        edits.reroute.push(Reroute {
+            node,
+            from: tensor.clone(),
+            to: sliced(tensor),
+        });
     }
-    for (name, value) in [(STARTS, 0i64), (ENDS, 1), (AXES, 1)] {
-        put_bytes(
-            &mut new_graph,
-            GRAPH_INITIALIZER,
-            &int64_tensor(name, value),
-        );
+    edits
+        .insert_after
+        .push((plan.insert_after, slice_node(&plan.hidden)));
+    if plan.query_input != plan.hidden {
+        edits
+            .insert_after
+            .push((plan.insert_after, slice_node(&plan.query_input)));
     }
-    Ok(parsed.with_graph(&new_graph))
+    edits.initializers = [(STARTS, 0i64), (ENDS, 1), (AXES, 1)]
+        .into_iter()
+        .map(|(name, value)| int64_tensor(name, value))
+        .collect();
+    Ok(edits)
 }
 
 /// Where the rewrite applies, as node indices in graph order.
@@ -209,10 +192,16 @@ fn slice_node(input: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::onnx_proto::GRAPH_INITIALIZER;
     use super::super::onnx_proto::test_graph::{
         ATTRIBUTE, assert_other_fields_survive, graph_fields, graph_nodes, model as skeleton, node,
+        rewrite_with,
     };
     use super::*;
+
+    fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
+        rewrite_with(model, edits)
+    }
 
     // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the
     // unmodified one, is tested in `tests/models_embedding.rs`.

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::models::{self, ModelKind, Pooling};
+use super::onnx_proto::{GraphEdits, ParsedModel};
 use super::session_pool::{
     BatchOutput, ModelGraph, PaddedBatch, SessionPool, length_sorted_batches,
 };
@@ -240,7 +241,7 @@ enum DocumentSessions {
 pub(crate) const EMBEDDER_DISABLED_OPTIMIZERS: &str = "SkipLayerNormFusion";
 
 /// Which rewrites the graph a pool loaded went through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct GraphRewrites {
     /// `cls_graph`: the last layer computes `[CLS]` alone.
     cls_only: bool,
@@ -261,41 +262,59 @@ fn embedding_graph(
 ) -> Result<(ModelGraph, GraphRewrites), EmbedError> {
     let want_cls = pooling == Pooling::Cls && settings.cls_only_last_layer;
     let want_unmasked = one_text_per_call && settings.unmasked_single_text;
-    let mut done = GraphRewrites {
-        cls_only: false,
-        unmasked: false,
-    };
+    let mut done = GraphRewrites::default();
+    let unchanged = || ModelGraph::File(model.to_path_buf());
     if !want_cls && !want_unmasked {
-        return Ok((ModelGraph::File(model.to_path_buf()), done));
+        return Ok((unchanged(), done));
     }
-    let mut bytes = std::fs::read(model).map_err(|e| {
+    let bytes = std::fs::read(model).map_err(|e| {
         EmbedError::Setup(format!("cannot read ONNX model {}: {e}", model.display()))
     })?;
+    let kept = |reason: String| {
+        tracing::info!(model = %model.display(), %reason, "graph loaded unchanged");
+    };
+    let parsed = match ParsedModel::parse(&bytes) {
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            kept(reason);
+            return Ok((unchanged(), done));
+        }
+    };
+    let mut edits = GraphEdits::default();
     if want_unmasked {
-        match super::unmasked_graph::rewrite(&bytes) {
-            Ok(rewritten) => (bytes, done.unmasked) = (rewritten, true),
-            Err(reason) => {
-                tracing::info!(model = %model.display(), %reason, "attention-mask additions kept");
+        match super::unmasked_graph::edits(&parsed) {
+            Ok(planned) => {
+                edits.merge(planned);
+                done.unmasked = true;
             }
+            Err(reason) => kept(format!("attention-mask additions kept: {reason}")),
         }
     }
     if want_cls {
-        match super::cls_graph::rewrite(&bytes) {
-            Ok(rewritten) => (bytes, done.cls_only) = (rewritten, true),
-            Err(reason) => {
-                tracing::info!(model = %model.display(), %reason, "no [CLS]-only last layer");
+        match super::cls_graph::edits(&parsed) {
+            Ok(planned) => {
+                edits.merge(planned);
+                done.cls_only = true;
             }
+            Err(reason) => kept(format!("no [CLS]-only last layer: {reason}")),
         }
     }
-    let graph = if done.cls_only || done.unmasked {
-        ModelGraph::Rewritten {
-            from: model.to_path_buf(),
-            bytes,
+    if done == GraphRewrites::default() {
+        return Ok((unchanged(), done));
+    }
+    match parsed.apply(&edits) {
+        Ok(rewritten) => Ok((
+            ModelGraph::Rewritten {
+                from: model.to_path_buf(),
+                bytes: rewritten,
+            },
+            done,
+        )),
+        Err(reason) => {
+            kept(reason);
+            Ok((unchanged(), GraphRewrites::default()))
         }
-    } else {
-        ModelGraph::File(model.to_path_buf())
-    };
-    Ok((graph, done))
+    }
 }
 
 /// Loads the embedding graph into a pool of `threads`-thread sessions, checking its declared
@@ -498,7 +517,7 @@ impl OnnxEmbedder {
             } else {
                 DocumentSessions::Own(tokio::sync::OnceCell::new())
             };
-        let mut shared = Shared {
+        let shared = Shared {
             queries: tokio::sync::OnceCell::new(),
             documents,
             tokenizer,
@@ -524,7 +543,7 @@ impl OnnxEmbedder {
             )?;
             declared = declared_dimensions(&pool);
             let _ = shared.query_graph.set(rewrites);
-            shared.queries = tokio::sync::OnceCell::new_with(Some(pool));
+            let _ = shared.queries.set(pool);
         }
         let shared = Arc::new(shared);
         let dimensions = match shared.config.dimensions.or(declared) {

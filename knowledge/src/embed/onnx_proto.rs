@@ -2,7 +2,11 @@
 //! rewrite its graph: node names, op types, inputs and outputs, opset versions, graph inputs.
 //! Every other field is kept as the bytes it was read from, so a rewrite never loses what it does
 //! not understand (generated `onnx.proto` types would drop fields the vendored schema lacks).
-//! Used by the graph rewrites `cls_graph` and `unmasked_graph`.
+//! The graph rewrites (`cls_graph`, `unmasked_graph`) each plan [`GraphEdits`] on one
+//! [`ParsedModel`]; the embedder merges the plans and [`ParsedModel::apply`] writes the model
+//! once.
+
+use std::collections::HashSet;
 
 use prost::bytes::Buf;
 use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
@@ -38,6 +42,37 @@ pub(super) fn layer_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("/encoder/layer.")?;
     let (number, _) = rest.split_once('/')?;
     number.parse().ok()
+}
+
+/// Changes to a graph's nodes, by index in the original graph: what a rewrite plans, what
+/// [`ParsedModel::apply`] writes. Plans of several rewrites merge with [`GraphEdits::merge`].
+#[derive(Debug, Default)]
+pub(super) struct GraphEdits {
+    /// Nodes left out.
+    pub drop: HashSet<usize>,
+    /// Inputs a node reads from another tensor.
+    pub reroute: Vec<Reroute>,
+    /// Encoded nodes written right after a node (in this order).
+    pub insert_after: Vec<(usize, Vec<u8>)>,
+    /// Encoded initializers appended to the graph.
+    pub initializers: Vec<Vec<u8>>,
+}
+
+/// Node `node` reads `to` where it read `from`.
+#[derive(Debug)]
+pub(super) struct Reroute {
+    pub node: usize,
+    pub from: String,
+    pub to: String,
+}
+
+impl GraphEdits {
+    pub fn merge(&mut self, other: GraphEdits) {
+        self.drop.extend(other.drop);
+        self.reroute.extend(other.reroute);
+        self.insert_after.extend(other.insert_after);
+        self.initializers.extend(other.initializers);
+    }
 }
 
 /// A model split into what a rewrite reads: the model's fields, its graph's fields, the graph's
@@ -95,8 +130,43 @@ impl<'a> ParsedModel<'a> {
             .position(|n| n.outputs.iter().any(|o| o == tensor))
     }
 
+    /// The model with `edits` applied to its graph, in one pass over the original bytes.
+    pub fn apply(&self, edits: &GraphEdits) -> Result<Vec<u8>, String> {
+        let size: usize = self.graph.iter().map(|f| f.raw.len()).sum();
+        let mut graph = Vec::with_capacity(size + 1024);
+        let mut index = 0;
+        for field in &self.graph {
+            if field.number != GRAPH_NODE {
+                graph.extend_from_slice(field.raw);
+                continue;
+            }
+            if !edits.drop.contains(&index) {
+                let reroutes: Vec<(&str, &str)> = edits
+                    .reroute
+                    .iter()
+                    .filter(|r| r.node == index)
+                    .map(|r| (r.from.as_str(), r.to.as_str()))
+                    .collect();
+                if reroutes.is_empty() {
+                    graph.extend_from_slice(field.raw);
+                } else {
+                    let node = self.nodes[index].with_inputs_replaced(&reroutes)?;
+                    put_bytes(&mut graph, GRAPH_NODE, &node);
+                }
+            }
+            for (_, node) in edits.insert_after.iter().filter(|(at, _)| *at == index) {
+                put_bytes(&mut graph, GRAPH_NODE, node);
+            }
+            index += 1;
+        }
+        for initializer in &edits.initializers {
+            put_bytes(&mut graph, GRAPH_INITIALIZER, initializer);
+        }
+        Ok(self.with_graph(&graph))
+    }
+
     /// The model's bytes with `graph` (an encoded `GraphProto`) in place of its graph.
-    pub fn with_graph(&self, graph: &[u8]) -> Vec<u8> {
+    fn with_graph(&self, graph: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(graph.len() + 1024);
         for field in &self.model {
             if field.number == MODEL_GRAPH {
@@ -145,14 +215,20 @@ impl<'a> Node<'a> {
         Ok(node)
     }
 
-    /// The node's bytes with every input `from` read as `to` instead.
-    pub fn with_input_replaced(&self, from: &str, to: &str) -> Result<Vec<u8>, String> {
-        let mut out = Vec::with_capacity(self.raw.len() + to.len());
+    /// The node's bytes with every input equal to a `from` read as its `to` instead.
+    pub fn with_inputs_replaced(&self, replacements: &[(&str, &str)]) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(self.raw.len() + 64);
         for field in fields(self.raw)? {
-            if field.number == NODE_INPUT && field.payload == from.as_bytes() {
-                put_bytes(&mut out, NODE_INPUT, to.as_bytes());
-            } else {
-                out.extend_from_slice(field.raw);
+            let replacement = (field.number == NODE_INPUT)
+                .then(|| {
+                    replacements
+                        .iter()
+                        .find(|(from, _)| field.payload == from.as_bytes())
+                })
+                .flatten();
+            match replacement {
+                Some((_, to)) => put_bytes(&mut out, NODE_INPUT, to.as_bytes()),
+                None => out.extend_from_slice(field.raw),
             }
         }
         Ok(out)
@@ -286,6 +362,15 @@ pub(super) mod test_graph {
         put_bytes(&mut out, MODEL_OPSET_IMPORT, &opset_id);
         put_bytes(&mut out, MODEL_GRAPH, &graph);
         out
+    }
+
+    /// `model` rewritten by one rewrite's plan alone.
+    pub fn rewrite_with(
+        model: &[u8],
+        plan: fn(&ParsedModel) -> Result<GraphEdits, String>,
+    ) -> Result<Vec<u8>, String> {
+        let parsed = ParsedModel::parse(model)?;
+        parsed.apply(&plan(&parsed)?)
     }
 
     /// Name, op type, inputs and bytes of each node of `model`'s graph, in order.

@@ -23,38 +23,29 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::onnx_proto::{
-    GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_NODE, GRAPH_OUTPUT, ParsedModel, layer_of, put_bytes,
+    GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT, GraphEdits, ParsedModel, Reroute, layer_of,
 };
 
 /// The graph input the bias is computed from.
 const MASK_INPUT: &str = "attention_mask";
 
-/// Returns `model` without its attention-mask additions, or why the graph is kept as it is.
-pub(crate) fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
-    let parsed = ParsedModel::parse(model)?;
-    let removals = find(&parsed)?;
-    let removed: HashSet<usize> = removals.iter().map(|r| r.add).collect();
-    let mut new_graph = Vec::with_capacity(model.len());
-    let mut node_index = 0;
-    for field in &parsed.graph {
-        if field.number != GRAPH_NODE {
-            new_graph.extend_from_slice(field.raw);
-            continue;
-        }
-        let node = &parsed.nodes[node_index];
-        node_index += 1;
-        if removed.contains(&(node_index - 1)) {
-            continue;
-        }
-        match removals.iter().find(|r| node.inputs.contains(&r.sum)) {
-            Some(removal) => {
-                let replaced = node.with_input_replaced(&removal.sum, &removal.scores)?;
-                put_bytes(&mut new_graph, GRAPH_NODE, &replaced);
+/// The edits that remove `parsed`'s attention-mask additions, or why the graph is kept as it
+/// is: each layer's `Add` goes, and what read its sum reads the scores instead.
+pub(crate) fn edits(parsed: &ParsedModel) -> Result<GraphEdits, String> {
+    let mut edits = GraphEdits::default();
+    for removal in find(parsed)? {
+        edits.drop.insert(removal.add);
+        for (node, reader) in parsed.nodes.iter().enumerate() {
+            if reader.inputs.contains(&removal.sum) {
+                edits.reroute.push(Reroute {
+                    node,
+                    from: removal.sum.clone(),
+                    to: removal.scores.clone(),
+                });
             }
-            None => new_graph.extend_from_slice(field.raw),
         }
     }
-    Ok(parsed.with_graph(&new_graph))
+    Ok(edits)
 }
 
 /// One layer's mask addition: the `Add` node, the scores it reads, the sum it writes.
@@ -178,10 +169,15 @@ fn check_mask_only(parsed: &ParsedModel, tensor: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::onnx_proto::put_bytes;
     use super::super::onnx_proto::test_graph::{
-        ATTRIBUTE, assert_other_fields_survive, graph_nodes, model as skeleton, node,
+        ATTRIBUTE, assert_other_fields_survive, graph_nodes, model as skeleton, node, rewrite_with,
     };
     use super::*;
+
+    fn rewrite(model: &[u8]) -> Result<Vec<u8>, String> {
+        rewrite_with(model, edits)
+    }
 
     // The rewrite of the real bge-small-en-v1.5 graph, run through ONNX Runtime against the
     // unmodified one, is tested in `tests/models_embedding.rs`.
