@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -469,6 +469,37 @@ pub struct EmbeddedStore {
     after_sled_commit: Mutex<Option<CommitHook>>,
 }
 
+/// How long [`open_sled`] waits for sled's file lock before it gives up.
+const SLED_LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// Opens the sled database at `path`, waiting up to [`SLED_LOCK_WAIT`] for its file lock.
+///
+/// sled releases the lock only when its last background thread lets go of the file, which can
+/// be a moment after the last handle was dropped; a store closed and reopened in one process
+/// (a restart, a test) would otherwise fail on that race. sled's own test builds block on the
+/// lock for the same reason. A lock another process holds is still refused, after the wait,
+/// with an error that says so.
+fn open_sled(path: &Path) -> Result<sled::Db, StoreError> {
+    let deadline = Instant::now() + SLED_LOCK_WAIT;
+    loop {
+        match sled::Config::new().path(path).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(StoreError::Io(format!(
+                    "cannot open the sled database {}: {e} (is another Orkeon process using this data directory?)",
+                    path.display()
+                )));
+            }
+        }
+    }
+}
+
 impl EmbeddedStore {
     /// Opens (creating when missing) the store in `data_dir`: sled at `<data_dir>/sled`,
     /// indexes under `<data_dir>/indexes/<collection>/`. Finishes any half-done creation or
@@ -484,12 +515,7 @@ impl EmbeddedStore {
             ))
         })?;
         let sled_path = data_dir.join("sled");
-        let db = sled::Config::new().path(&sled_path).open().map_err(|e| {
-            StoreError::Io(format!(
-                "cannot open the sled database {}: {e} (is another Orkeon process using this data directory?)",
-                sled_path.display()
-            ))
-        })?;
+        let db = open_sled(&sled_path)?;
         let registry = db
             .open_tree(REGISTRY_TREE)
             .map_err(sled_io("opening the collections registry".into()))?;

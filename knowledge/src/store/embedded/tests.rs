@@ -652,6 +652,30 @@ fn quarantine_entries_persist_across_reopening() {
     assert!(store.collections().unwrap().is_empty());
 }
 
+/// A data folder another open store holds is refused, after a bounded wait, with an error that
+/// names the folder; once that store is closed, the folder opens again at once.
+#[test]
+fn a_data_folder_in_use_is_refused_and_reopens_once_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+    let started = std::time::Instant::now();
+    let refused = EmbeddedStore::open(dir.path(), StoreSettings::default())
+        .err()
+        .expect("a second open of a held data folder must fail");
+    let message = refused.to_string();
+    assert!(message.contains("could not acquire lock"), "{message}");
+    assert!(message.contains("another Orkeon process"), "{message}");
+    assert!(
+        started.elapsed() >= super::SLED_LOCK_WAIT,
+        "gave up before the wait"
+    );
+    drop(first);
+    for _ in 0..20 {
+        let store = EmbeddedStore::open(dir.path(), StoreSettings::default()).unwrap();
+        store.flush().unwrap();
+    }
+}
+
 fn tree_names(store: &EmbeddedStore) -> Vec<String> {
     let mut names: Vec<String> = store
         .db()
