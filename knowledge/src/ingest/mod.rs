@@ -494,19 +494,15 @@ impl IngestionPipeline {
                     return Err(error);
                 }
             }
-            if window.chunks >= window_chunks {
+            // A full window, or the last source's partial one, starts embedding; the window
+            // embedded before it commits meanwhile.
+            let last_source = index + 1 == total;
+            if window.chunks >= window_chunks || (last_source && !window.entries.is_empty()) {
                 let started = self.start_embedding(std::mem::take(&mut window));
                 if let Some(previous) = embedding.replace(started) {
                     self.commit_window(target, previous, &mut in_flight, total, progress, report)
                         .await?;
                 }
-            }
-        }
-        if !window.entries.is_empty() {
-            let started = self.start_embedding(window);
-            if let Some(previous) = embedding.replace(started) {
-                self.commit_window(target, previous, &mut in_flight, total, progress, report)
-                    .await?;
             }
         }
         if let Some(last) = embedding.take() {
