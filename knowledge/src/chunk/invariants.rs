@@ -14,6 +14,43 @@ pub fn test_counter() -> Arc<dyn TokenCounter> {
     test_tokenizer()
 }
 
+/// The test tokenizer behind a counter that claims no additivity, counting every range it is
+/// asked about, and reporting how many tokens it counted in all.
+pub struct CountEverySpan {
+    inner: Arc<dyn TokenCounter>,
+    additive: bool,
+    counted: std::sync::atomic::AtomicUsize,
+}
+
+impl CountEverySpan {
+    /// `additive`: whether it passes on the test tokenizer's additivity (else it denies it).
+    pub fn new(additive: bool) -> Self {
+        Self {
+            inner: test_counter(),
+            additive,
+            counted: Default::default(),
+        }
+    }
+
+    /// Tokens counted so far, over every call.
+    pub fn counted(&self) -> usize {
+        self.counted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl TokenCounter for CountEverySpan {
+    fn count_tokens(&self, text: &str) -> usize {
+        let tokens = self.inner.count_tokens(text);
+        self.counted
+            .fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+        tokens
+    }
+
+    fn splits_at_whitespace_and_punctuation(&self) -> bool {
+        self.additive && self.inner.splits_at_whitespace_and_punctuation()
+    }
+}
+
 /// Text mixing prose, separators, multi-byte characters, emoji, unspaced CJK runs, long words
 /// and arbitrary characters.
 pub fn arbitrary_text() -> impl Strategy<Value = String> {

@@ -1,7 +1,9 @@
 //! Packing measured pieces into chunks: adjacent pieces merge greedily while the sum of their
 //! counts fits the bound, each merged candidate is verified with one real count (and shrunk if
 //! the tokenizer disagrees with the sum), and the previous chunk's tail is repeated at the next
-//! chunk's head as overlap, starting on a piece boundary.
+//! chunk's head as overlap, starting on a piece boundary. Where the tokenizer's counts add up
+//! across the pieces' joints (`Measurer::count_joined`), the sum is the count and nothing is
+//! counted again.
 
 use super::ChunkBounds;
 use super::span::Span;
@@ -70,7 +72,8 @@ impl<'a> Packer<'a> {
                 if end == first + 1 && !with_head {
                     break Some(span);
                 }
-                if self.measurer.count(span) <= max {
+                let joined = &pieces[first..end];
+                if self.joined_count(span, head.filter(|_| with_head), joined) <= max {
                     break Some(span);
                 }
                 if end > first + 1 {
@@ -123,37 +126,66 @@ impl<'a> Packer<'a> {
             sum += pieces[first - 1].tokens;
             first -= 1;
         }
-        let whole: Vec<usize> = pieces[first..].iter().map(|p| p.start).collect();
-        self.confirm_tail(whole, chunk, budget).or_else(|| {
+        // Each candidate with the summed count of the parts from it to the chunk's end.
+        let mut whole: Vec<(usize, usize)> = pieces[first..]
+            .iter()
+            .rev()
+            .scan(0, |sum, p| {
+                *sum += p.tokens;
+                Some((p.start, *sum))
+            })
+            .collect();
+        whole.reverse();
+        self.confirm_tail(&whole, chunk, budget).or_else(|| {
             if self.boundary == OverlapBoundary::WithinLastPiece {
                 let within = self.starts_within(pieces[pieces.len() - 1], budget);
-                self.confirm_tail(within, chunk, budget)
+                self.confirm_tail(&within, chunk, budget)
             } else {
                 None
             }
         })
     }
 
-    /// The first candidate start (longest tail first) whose real count fits `budget`: sums of
-    /// piece counts are estimates, so one count confirms them.
-    fn confirm_tail(&self, candidates: Vec<usize>, chunk: Span, budget: usize) -> Option<Head> {
-        candidates
-            .into_iter()
-            .filter(|&at| at > chunk.start && at < chunk.end)
-            .find_map(|at| {
-                let tail = Span::new(at, chunk.end).trimmed(self.text)?;
-                let tokens = self.measurer.count(tail);
-                (tokens <= budget).then_some(Head {
-                    start: tail.start,
-                    tokens,
-                })
-            })
+    /// Tokens of `span`, made of `head` (when given) followed by `pieces`: the sum of their
+    /// counts when the counter adds up across every joint, otherwise one real count.
+    fn joined_count(&self, span: Span, head: Option<Head>, pieces: &[Piece]) -> usize {
+        let sum = head.map_or(0, |h| h.tokens) + pieces.iter().map(|p| p.tokens).sum::<usize>();
+        let joints = pieces
+            .iter()
+            .skip(usize::from(head.is_none()))
+            .map(|p| p.start);
+        self.measurer.count_joined(span, sum, joints)
     }
 
-    /// Tail starts inside `piece`, ascending, at the coarsest finer level where at least one
-    /// sub-piece (never the first) fits `budget`. Only the sub-pieces walked from the back are
-    /// counted; when the last one alone is too large, the search narrows to it.
-    fn starts_within(&self, piece: Piece, budget: usize) -> Vec<usize> {
+    /// The first candidate (longest tail first) whose count fits `budget`. Candidates are
+    /// `(start, summed count from there to the chunk's end)`, ascending, the parts between them
+    /// tiling the tail. Sums are estimates unless the counter adds up across the candidates
+    /// after it, so one real count confirms them where it must.
+    fn confirm_tail(
+        &self,
+        candidates: &[(usize, usize)],
+        chunk: Span,
+        budget: usize,
+    ) -> Option<Head> {
+        candidates.iter().enumerate().find_map(|(i, &(at, sum))| {
+            if at <= chunk.start || at >= chunk.end {
+                return None;
+            }
+            let tail = Span::new(at, chunk.end).trimmed(self.text)?;
+            let joints = candidates[i + 1..].iter().map(|&(start, _)| start);
+            let tokens = self.measurer.count_joined(tail, sum, joints);
+            (tokens <= budget).then_some(Head {
+                start: tail.start,
+                tokens,
+            })
+        })
+    }
+
+    /// Tail starts inside `piece`, ascending, each with the summed count from there to the
+    /// piece's end, at the coarsest finer level where at least one sub-piece (never the first)
+    /// fits `budget`. Only the sub-pieces walked from the back are counted; when the last one
+    /// alone is too large, the search narrows to it.
+    fn starts_within(&self, piece: Piece, budget: usize) -> Vec<(usize, usize)> {
         let mut range = piece.span();
         for level in piece.finer_level..CHARACTER_LEVEL {
             let cuts = cut_points(range.slice(self.text), level);
@@ -171,7 +203,7 @@ impl<'a> Packer<'a> {
                 if sum > budget {
                     break;
                 }
-                fitting.push(start);
+                fitting.push((start, sum));
                 end = start;
             }
             if !fitting.is_empty() {

@@ -66,8 +66,11 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use std::sync::Arc;
+
     use crate::chunk::invariants::{
-        arbitrary_text, assert_contract, assert_covers_all_content, document, test_counter,
+        CountEverySpan, arbitrary_text, assert_contract, assert_covers_all_content, document,
+        test_counter,
     };
 
     fn chunker(max_tokens: usize, overlap: usize) -> RecursiveChunker {
@@ -170,6 +173,42 @@ mod tests {
         );
     }
 
+    /// With a tokenizer whose counts add up across whitespace, ranges already counted part by
+    /// part are not counted again: a paragraph over the bound is tokenised about once (plus the
+    /// overlap's search), not once whole, once by sentence and again for each chunk and tail.
+    #[tokio::test]
+    async fn additive_counts_are_summed_not_counted_again() {
+        let text = PROSE.replace("\n\n", " ").repeat(3);
+        let doc = document(&text, "text");
+        let mut chunkings = Vec::new();
+        for additive in [true, false] {
+            let counter = Arc::new(CountEverySpan::new(additive));
+            let bounds = ChunkBounds {
+                max_tokens: 48,
+                overlap: 8,
+            };
+            let chunks = RecursiveChunker::new(counter.clone(), bounds)
+                .chunk(&doc)
+                .await
+                .unwrap();
+            chunkings.push((chunks, counter.counted()));
+        }
+        let ((summed, summed_work), (counted, counted_work)) = (&chunkings[0], &chunkings[1]);
+        assert_eq!(summed, counted, "the same chunks either way");
+        let doc_tokens = test_counter().count_tokens(&text);
+        assert!(summed.len() > 3);
+        // What is still counted beyond the sentences is the overlap's search inside the last
+        // sentence of each chunk (clauses, then words from the back).
+        assert!(
+            *summed_work <= doc_tokens * 14 / 10,
+            "{summed_work} for {doc_tokens}"
+        );
+        assert!(
+            *counted_work > summed_work * 2,
+            "{counted_work} against {summed_work}"
+        );
+    }
+
     #[tokio::test]
     async fn unspaced_runs_fall_back_to_characters() {
         // CJK characters are one token each for BERT tokenizers and carry no separator.
@@ -206,6 +245,17 @@ mod tests {
                 .expect("recursive chunking does not fail");
             assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
             assert_covers_all_content(&doc, &chunks);
+            // Summing additive counts gives exactly what counting every range gives.
+            let counted = runtime
+                .block_on(
+                    RecursiveChunker::new(
+                        Arc::new(CountEverySpan::new(false)),
+                        ChunkBounds { max_tokens, overlap },
+                    )
+                    .chunk(&doc),
+                )
+                .expect("recursive chunking does not fail");
+            prop_assert_eq!(chunks, counted);
         }
     }
 }

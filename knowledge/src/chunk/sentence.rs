@@ -79,7 +79,8 @@ mod tests {
 
     use super::*;
     use crate::chunk::invariants::{
-        arbitrary_text, assert_contract, assert_covers_all_content, document, test_counter,
+        CountEverySpan, arbitrary_text, assert_contract, assert_covers_all_content, document,
+        test_counter,
     };
 
     fn chunker(max_tokens: usize, overlap: usize) -> SentenceChunker {
@@ -201,6 +202,17 @@ mod tests {
                 .expect("sentence chunking does not fail");
             assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
             assert_covers_all_content(&doc, &chunks);
+            // Summing additive counts gives exactly what counting every range gives.
+            let counted = runtime
+                .block_on(
+                    SentenceChunker::new(
+                        Arc::new(CountEverySpan::new(false)),
+                        ChunkBounds { max_tokens, overlap },
+                    )
+                    .chunk(&doc),
+                )
+                .expect("sentence chunking does not fail");
+            prop_assert_eq!(chunks, counted);
         }
     }
 }

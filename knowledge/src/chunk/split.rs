@@ -87,11 +87,26 @@ pub(crate) fn cut_points(slice: &str, level: usize) -> Vec<usize> {
     cuts
 }
 
+/// Whitespace that a BERT tokenizer keeps as a word break. Its normaliser deletes control
+/// characters other than tab, line feed and carriage return, so `a\u{b}b` is one word there
+/// although Rust counts U+000B as whitespace.
+fn separates_words(c: char) -> bool {
+    c.is_whitespace() && (!c.is_control() || matches!(c, '\t' | '\n' | '\r'))
+}
+
 /// Measures ranges of one text against one token bound.
+///
+/// With a counter whose tokens never cross whitespace
+/// ([`TokenCounter::splits_at_whitespace_and_punctuation`], every BERT-style tokenizer), the
+/// count of a range made of parts that meet at whitespace is the sum of the parts' counts, so a
+/// range already counted part by part is never counted again (see [`Self::count_joined`]).
+/// Every cut of the hierarchy above characters falls right after whitespace.
 pub(crate) struct Measurer<'a> {
     text: &'a str,
     counter: &'a dyn TokenCounter,
     max_tokens: usize,
+    /// The counter's counts add up across whitespace.
+    additive: bool,
 }
 
 impl<'a> Measurer<'a> {
@@ -100,6 +115,32 @@ impl<'a> Measurer<'a> {
             text,
             counter,
             max_tokens,
+            additive: counter.splits_at_whitespace_and_punctuation(),
+        }
+    }
+
+    /// Whether counts add up across byte `at` (a char boundary): the counter's tokens never
+    /// cross whitespace and `at` touches whitespace (or an end of the text).
+    pub fn adds_at(&self, at: usize) -> bool {
+        self.additive
+            && (at == 0
+                || at >= self.text.len()
+                || self.text[..at].ends_with(separates_words)
+                || self.text[at..].starts_with(separates_words))
+    }
+
+    /// Tokens of `span`, whose parts counted `sum` together and meet at the byte offsets
+    /// `joints`: `sum` when counts add up across every joint, otherwise one real count.
+    pub fn count_joined(
+        &self,
+        span: Span,
+        sum: usize,
+        mut joints: impl Iterator<Item = usize>,
+    ) -> usize {
+        if self.additive && joints.all(|at| self.adds_at(at)) {
+            sum
+        } else {
+            self.count(span)
         }
     }
 
@@ -119,6 +160,27 @@ impl<'a> Measurer<'a> {
         if span.start == span.end {
             return;
         }
+        // Counts that add up: the parts of the first cut are counted once, and their sum tells
+        // whether the span fits whole.
+        if let Some((level, parts)) = self.cuts_from(span, 0)
+            && parts[1..].iter().all(|part| self.adds_at(part.start))
+        {
+            let counts: Vec<usize> = parts.iter().map(|&part| self.count(part)).collect();
+            let tokens: usize = counts.iter().sum();
+            if tokens <= self.max_tokens {
+                out.push(Piece {
+                    start: span.start,
+                    end: span.end,
+                    tokens,
+                    finer_level: 0,
+                });
+            } else {
+                for (part, tokens) in parts.into_iter().zip(counts) {
+                    self.place(part, tokens, level, out);
+                }
+            }
+            return;
+        }
         if span.end - span.start <= self.max_tokens * BYTES_PER_TOKEN_BEFORE_CUTTING {
             let tokens = self.count(span);
             if tokens <= self.max_tokens {
@@ -136,36 +198,53 @@ impl<'a> Measurer<'a> {
 
     /// Cuts a span known (or assumed) not to fit, starting at hierarchy `level`.
     fn cut(&self, span: Span, level: usize, out: &mut Vec<Piece>) {
-        for level in level..HIERARCHY.len() {
-            if level == CHARACTER_LEVEL {
-                self.cut_characters(span, out);
-                return;
+        match self.cuts_from(span, level) {
+            Some((level, parts)) => {
+                for part in parts {
+                    let tokens = self.count(part);
+                    self.place(part, tokens, level, out);
+                }
             }
+            None => self.cut_characters(span, out),
+        }
+    }
+
+    /// The first hierarchy level from `level` on, above characters, with cuts inside `span`,
+    /// and the parts it cuts `span` into; `None` when only characters are left.
+    fn cuts_from(&self, span: Span, level: usize) -> Option<(usize, Vec<Span>)> {
+        (level..CHARACTER_LEVEL).find_map(|level| {
             let cuts = cut_points(span.slice(self.text), level);
             if cuts.is_empty() {
-                continue;
+                return None;
             }
-            let mut start = span.start;
-            for end in cuts
+            let ends = cuts
                 .into_iter()
                 .map(|at| span.start + at)
-                .chain(std::iter::once(span.end))
-            {
-                let piece = Span::new(start, end);
-                let tokens = self.count(piece);
-                if tokens <= self.max_tokens {
-                    out.push(Piece {
-                        start,
-                        end,
-                        tokens,
-                        finer_level: level + 1,
-                    });
-                } else {
-                    self.cut(piece, level + 1, out);
-                }
-                start = end;
-            }
-            return;
+                .chain(std::iter::once(span.end));
+            let mut start = span.start;
+            let parts = ends
+                .map(|end| {
+                    let part = Span::new(start, end);
+                    start = end;
+                    part
+                })
+                .collect();
+            Some((level, parts))
+        })
+    }
+
+    /// A part of a level-`level` cut, counted `tokens`: a piece when it fits, cut finer
+    /// otherwise.
+    fn place(&self, part: Span, tokens: usize, level: usize, out: &mut Vec<Piece>) {
+        if tokens <= self.max_tokens {
+            out.push(Piece {
+                start: part.start,
+                end: part.end,
+                tokens,
+                finer_level: level + 1,
+            });
+        } else {
+            self.cut(part, level + 1, out);
         }
     }
 
@@ -243,6 +322,36 @@ mod tests {
         assert_eq!(cut_points("a  b\tc", 5), [3, 5]);
         assert!(cut_points("no separator here", 0).is_empty());
         assert!(cut_points("abc", CHARACTER_LEVEL).is_empty());
+    }
+
+    /// Counts add up across whitespace the tokenizer keeps, never across a control character
+    /// it deletes (a proptest found `a\u{b}a` counted as two words).
+    #[test]
+    fn counts_add_up_only_across_whitespace_the_tokenizer_keeps() {
+        let counter = test_counter();
+        let text = "alpha beta\u{b}gamma\u{a0}delta\u{85}epsilon\tzeta";
+        let measurer = Measurer::new(text, counter.as_ref(), 64);
+        let at = |needle: &str| text.find(needle).unwrap();
+        assert!(measurer.adds_at(at("beta")));
+        assert!(
+            !measurer.adds_at(at("gamma")),
+            "U+000B is deleted, not a break"
+        );
+        assert!(measurer.adds_at(at("delta")), "U+00A0 is a break");
+        assert!(
+            !measurer.adds_at(at("epsilon")),
+            "U+0085 is deleted, not a break"
+        );
+        assert!(measurer.adds_at(at("zeta")));
+        assert!(!measurer.adds_at(at("pha")), "inside a word");
+        let whole = Span::new(0, text.len());
+        let parts = [at("beta"), at("gamma"), at("delta")];
+        // Across U+000B the pieces' counts are not trusted: one real count.
+        assert_eq!(
+            measurer.count_joined(whole, 0, parts.into_iter()),
+            counter.count_tokens(text)
+        );
+        assert_eq!(measurer.count_joined(whole, 7, [at("beta")].into_iter()), 7);
     }
 
     #[test]
