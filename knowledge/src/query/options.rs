@@ -51,9 +51,9 @@ pub const DEFAULT_AGGREGATE_SUM_WEIGHT: f32 = 0.1;
 /// `rag.rerank.skip_gap_rank` names another.
 pub const DEFAULT_SKIP_GAP_RANK: usize = 2;
 
-/// `balanced`'s (and `quality`'s) `rag.rerank.skip_gap`. Min-max convex fusion scores lie in
-/// [0, 1], so a configured gap above 1 never skips there (always rerank); z-score fusion
-/// spreads wider and needs a larger one.
+/// `balanced`'s (and `quality`'s) `rag.rerank.skip_gap`, measured on their min-max convex
+/// hybrid scores, which lie in [0, 1] (a configured gap above 1 never skips there). It applies
+/// only to such scores: under another fusion only a configured gap skips.
 pub const BALANCED_SKIP_GAP: f32 = 0.2;
 
 /// Cross-encoder model used by the `onnx` reranker unless `rag.rerank.model` names another.
@@ -393,7 +393,15 @@ pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptio
         .map(|n| positive("rerank.max_passage_chars", n))
         .transpose()?;
 
-    let skip = match rr.skip_gap.or(preset.skip_gap) {
+    // The preset's gap was measured on min-max convex hybrid scores, which lie in [0, 1]; other
+    // fusions score in other units (RRF's leads are a few hundredths, z-scores spread past 1),
+    // so there only a configured `rerank.skip_gap` skips the reranker.
+    let hybrid = r.hybrid.enabled.unwrap_or(preset.hybrid);
+    let min_max_convex = hybrid
+        && fusion.method == FusionMethod::Convex
+        && fusion.normalization == Normalization::MinMax;
+    let preset_gap = preset.skip_gap.filter(|_| min_max_convex);
+    let skip = match rr.skip_gap.or(preset_gap) {
         None => None,
         Some(gap) if !(gap.is_finite() && gap >= 0.0) => {
             return Err(invalid(
@@ -455,7 +463,7 @@ pub fn resolve_options(profile: &str, settings: &RagSettings) -> Result<RagOptio
             top_k,
             candidate_k,
             min_score: r.min_score,
-            hybrid: r.hybrid.enabled.unwrap_or(preset.hybrid),
+            hybrid,
             rrf_k,
             fusion,
             mmr: MmrOptions {
@@ -644,6 +652,42 @@ mod tests {
         let f = resolve_options("fast", &s).unwrap();
         assert!(f.rerank.enabled);
         assert_eq!(f.retrieval.candidate_k, 20);
+    }
+
+    /// `balanced`'s preset gap is in min-max convex units: with another fusion, or without
+    /// hybrid search, it does not apply and the reranker always runs unless a gap is configured.
+    #[test]
+    fn the_preset_skip_gap_applies_only_to_min_max_convex_hybrid_scores() {
+        let decisive = Some(RerankSkip {
+            gap: BALANCED_SKIP_GAP,
+            rank: DEFAULT_SKIP_GAP_RANK,
+        });
+        let with = |retrieval: serde_json::Value| {
+            let s = settings_from_json(serde_json::json!({ "retrieval": retrieval }));
+            resolve_options("balanced", &s).unwrap().rerank.skip
+        };
+        assert_eq!(with(serde_json::json!({})), decisive);
+        assert_eq!(with(serde_json::json!({"hybrid": {"fusion": "rrf"}})), None);
+        assert_eq!(
+            with(serde_json::json!({"hybrid": {"normalization": "zscore"}})),
+            None
+        );
+        assert_eq!(
+            with(serde_json::json!({"hybrid": {"enabled": false}})),
+            None
+        );
+        // A configured gap is the user's, in whatever units they chose.
+        let s = settings_from_json(serde_json::json!({
+            "retrieval": {"hybrid": {"fusion": "rrf"}},
+            "rerank": {"skip_gap": 0.01}
+        }));
+        assert_eq!(
+            resolve_options("balanced", &s).unwrap().rerank.skip,
+            Some(RerankSkip {
+                gap: 0.01,
+                rank: DEFAULT_SKIP_GAP_RANK
+            })
+        );
     }
 
     #[test]

@@ -195,7 +195,9 @@ pub struct RerankSettings {
     /// Skip the reranker when retrieval is already decisive: when the best fused score leads
     /// the one at rank `skip_gap_rank` by at least this much (in the fused score's units:
     /// min-max convex scores lie in [0, 1]). Preset per profile: `balanced` and `quality` 0.2,
-    /// the others always rerank; a gap above 1 never skips with min-max convex fusion. The
+    /// which applies to min-max convex hybrid scores only (under another fusion only a
+    /// configured gap skips); the others always rerank; a gap above 1 never skips with min-max
+    /// convex fusion. The
     /// `rerank` trace step says when it skipped and why.
     pub skip_gap: Option<f32>,
     /// The rank the best fused score is compared with for `skip_gap` (at least 2, default 2).
