@@ -48,6 +48,16 @@ pub(crate) struct Piece {
 }
 
 impl Piece {
+    /// `span`, counted `tokens`, cut finer from hierarchy level `finer_level` on if need be.
+    fn of(span: Span, tokens: usize, finer_level: usize) -> Self {
+        Self {
+            start: span.start,
+            end: span.end,
+            tokens,
+            finer_level,
+        }
+    }
+
     pub fn span(self) -> Span {
         Span::new(self.start, self.end)
     }
@@ -168,12 +178,7 @@ impl<'a> Measurer<'a> {
             let counts: Vec<usize> = parts.iter().map(|&part| self.count(part)).collect();
             let tokens: usize = counts.iter().sum();
             if tokens <= self.max_tokens {
-                out.push(Piece {
-                    start: span.start,
-                    end: span.end,
-                    tokens,
-                    finer_level: 0,
-                });
+                out.push(Piece::of(span, tokens, 0));
             } else {
                 for (part, tokens) in parts.into_iter().zip(counts) {
                     self.place(part, tokens, level, out);
@@ -184,12 +189,7 @@ impl<'a> Measurer<'a> {
         if span.end - span.start <= self.max_tokens * BYTES_PER_TOKEN_BEFORE_CUTTING {
             let tokens = self.count(span);
             if tokens <= self.max_tokens {
-                out.push(Piece {
-                    start: span.start,
-                    end: span.end,
-                    tokens,
-                    finer_level: 0,
-                });
+                out.push(Piece::of(span, tokens, 0));
                 return;
             }
         }
@@ -237,12 +237,7 @@ impl<'a> Measurer<'a> {
     /// otherwise.
     fn place(&self, part: Span, tokens: usize, level: usize, out: &mut Vec<Piece>) {
         if tokens <= self.max_tokens {
-            out.push(Piece {
-                start: part.start,
-                end: part.end,
-                tokens,
-                finer_level: level + 1,
-            });
+            out.push(Piece::of(part, tokens, level + 1));
         } else {
             self.cut(part, level + 1, out);
         }
@@ -293,12 +288,8 @@ impl<'a> Measurer<'a> {
                     }
                 }
             }
-            out.push(Piece {
-                start: bounds[first],
-                end: bounds[good],
-                tokens: good_tokens,
-                finer_level: CHARACTER_LEVEL,
-            });
+            let piece = Span::new(bounds[first], bounds[good]);
+            out.push(Piece::of(piece, good_tokens, CHARACTER_LEVEL));
             first = good;
         }
     }
