@@ -141,6 +141,20 @@ async fn snapshot<'c>(
         .map_err(|e| db_error(&format!("starting a read of {what}"), e))
 }
 
+/// A read-only snapshot (see [`snapshot`]) and collection `name` as it stands in it; an
+/// unknown collection is an error.
+async fn snapshot_of<'c>(
+    client: &'c mut deadpool_postgres::Object,
+    name: &str,
+    what: &str,
+) -> Result<(deadpool_postgres::Transaction<'c>, Collection), StoreError> {
+    let transaction = snapshot(client, what).await?;
+    let found = lookup(&transaction, name, false)
+        .await?
+        .ok_or_else(|| unknown(name))?;
+    Ok((transaction, found))
+}
+
 /// Reads collection `name`; `for_update` locks its row until the transaction ends.
 async fn lookup(
     client: &impl deadpool_postgres::GenericClient,
@@ -854,10 +868,7 @@ impl DocumentStore for PostgresStore {
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
             // One snapshot for the lookup and the rows (see `snapshot`).
-            let client = snapshot(&mut client, "a source's chunks").await?;
-            let found = lookup(&client, &name, false)
-                .await?
-                .ok_or_else(|| unknown(&name))?;
+            let (client, found) = snapshot_of(&mut client, &name, "a source's chunks").await?;
             let rows = client
                 .query(
                     &format!(
@@ -882,10 +893,7 @@ impl DocumentStore for PostgresStore {
         self.call(|shared| async move {
             let mut client = connection(&shared.pool).await?;
             // One snapshot for the lookup and the row (see `snapshot`).
-            let client = snapshot(&mut client, "a chunk").await?;
-            let found = lookup(&client, &name, false)
-                .await?
-                .ok_or_else(|| unknown(&name))?;
+            let (client, found) = snapshot_of(&mut client, &name, "a chunk").await?;
             let row = client
                 .query_opt(
                     &format!(
@@ -910,10 +918,7 @@ impl DocumentStore for PostgresStore {
             let mut client = connection(&shared.pool).await?;
             // One snapshot for the lookup and the legs: a rebuild published meanwhile is seen
             // whole or not at all.
-            let transaction = snapshot(&mut client, "a search").await?;
-            let found = lookup(&transaction, &name, false)
-                .await?
-                .ok_or_else(|| unknown(&name))?;
+            let (transaction, found) = snapshot_of(&mut client, &name, "a search").await?;
             let settings = &shared.settings;
             let Some(search) = check_search(&name, &found.profile, &request, settings.rrf_k)?
             else {
