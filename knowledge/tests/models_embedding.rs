@@ -146,6 +146,38 @@ fn settings(document_batch_size: usize) -> EmbeddingSettings {
     }
 }
 
+/// Texts a graph rewrite must embed as the unmodified graph does: short, paragraph-long, past
+/// the model's 512 tokens (truncated), and one character.
+fn rewrite_probe_texts() -> Vec<String> {
+    let long = "Salmon need dissolved oxygen above six milligrams per litre to feed. ".repeat(60);
+    vec![
+        BERLIN.to_string(),
+        NEW_YORK.repeat(8),
+        long,
+        "x".to_string(),
+    ]
+}
+
+/// Embeds `texts` and [`QUERY`] with both embedders and asserts each pair of vectors at cosine
+/// `min` or more; returns `a`'s document vectors.
+async fn assert_same_vectors(
+    a: &OnnxEmbedder,
+    b: &OnnxEmbedder,
+    texts: &[String],
+    min: f32,
+) -> Vec<Vec<f32>> {
+    let on_a = a.embed_documents(texts.to_vec()).await.expect("a embeds");
+    let on_b = b.embed_documents(texts.to_vec()).await.expect("b embeds");
+    for (i, (x, y)) in on_a.iter().zip(&on_b).enumerate() {
+        let cos = cosine(x, y);
+        assert!(cos >= min, "text {i}: cosine {cos}");
+    }
+    let qa = a.embed_query(QUERY).await.expect("query");
+    let qb = b.embed_query(QUERY).await.expect("query");
+    assert!(cosine(&qa, &qb) >= min);
+    on_a
+}
+
 #[tokio::test]
 async fn bge_ranks_berlin_above_new_york_with_readme_cosines() {
     let embedder = OnnxEmbedder::load(&models_dir().join("bge-small-en-v1.5"), &settings(2))
@@ -229,36 +261,14 @@ async fn a_cls_only_last_layer_gives_the_vectors_of_the_whole_graph() {
         },
     )
     .expect("bge loads unchanged");
-    // Short, paragraph-long, and past the model's 512 tokens (truncated).
-    let long = "Salmon need dissolved oxygen above six milligrams per litre to feed. ".repeat(60);
-    let texts = vec![
-        BERLIN.to_string(),
-        NEW_YORK.repeat(8),
-        long,
-        "x".to_string(),
-    ];
-    let a = rewritten
-        .embed_documents(texts.clone())
-        .await
-        .expect("rewritten graph embeds");
-    let b = whole
-        .embed_documents(texts)
-        .await
-        .expect("whole graph embeds");
+    let a = assert_same_vectors(&rewritten, &whole, &rewrite_probe_texts(), 0.9999).await;
     assert_eq!(
         rewritten.cls_only_last_layer(),
         Some(true),
         "bge's graph is recognised"
     );
     assert_eq!(whole.cls_only_last_layer(), Some(false));
-    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
-        assert_eq!(a.len(), 384);
-        let cos = cosine(a, b);
-        assert!(cos >= 0.9999, "text {i}: cosine {cos}");
-    }
-    let qa = rewritten.embed_query(QUERY).await.expect("query");
-    let qb = whole.embed_query(QUERY).await.expect("query");
-    assert!(cosine(&qa, &qb) >= 0.9999);
+    assert!(a.iter().all(|v| v.len() == 384));
     // Mean pooling needs every row: MiniLM's graph is never rewritten.
     let minilm = OnnxEmbedder::load(&models_dir().join("all-MiniLM-L6-v2"), &settings(1))
         .expect("minilm loads");
@@ -280,28 +290,8 @@ async fn sessions_of_one_text_per_call_drop_the_mask_additions_and_keep_the_vect
         (None, None),
         "nothing loaded yet"
     );
-    let long = "Salmon need dissolved oxygen above six milligrams per litre to feed. ".repeat(60);
-    let texts = vec![
-        BERLIN.to_string(),
-        NEW_YORK.repeat(8),
-        long,
-        "x".to_string(),
-    ];
-    let a = unmasked
-        .embed_documents(texts.clone())
-        .await
-        .expect("unmasked graph embeds");
-    let b = masked
-        .embed_documents(texts.clone())
-        .await
-        .expect("masked graph embeds");
-    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
-        let cos = cosine(a, b);
-        assert!(cos >= 0.99999, "text {i}: cosine {cos}");
-    }
-    let qa = unmasked.embed_query(QUERY).await.expect("query");
-    let qb = masked.embed_query(QUERY).await.expect("query");
-    assert!(cosine(&qa, &qb) >= 0.99999);
+    let texts = rewrite_probe_texts();
+    let a = assert_same_vectors(&unmasked, &masked, &texts, 0.99999).await;
     assert_eq!(unmasked.unmasked_sessions(), (Some(true), Some(true)));
     assert_eq!(masked.unmasked_sessions(), (Some(false), Some(false)));
     assert_eq!(

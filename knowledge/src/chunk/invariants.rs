@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::Chunker;
 pub use super::contract::{assert_contract, assert_covers_all_content, document};
 use crate::embed::TokenCounter;
 use crate::embed::test_tokenizer::test_tokenizer;
+use crate::types::{Chunk, Document};
 
 /// The token counter of the chunker tests: the in-code WordPiece test tokenizer (built once).
 pub fn test_counter() -> Arc<dyn TokenCounter> {
@@ -49,6 +51,20 @@ impl TokenCounter for CountEverySpan {
     fn splits_at_whitespace_and_punctuation(&self) -> bool {
         self.additive && self.inner.splits_at_whitespace_and_punctuation()
     }
+}
+
+/// `doc` chunked by the chunker `make` builds on a counter that recounts every range (no sums
+/// of counts): what summing additive counts must reproduce exactly.
+pub fn chunks_recounting<C: Chunker>(
+    make: impl FnOnce(Arc<dyn TokenCounter>) -> C,
+    doc: &Document,
+) -> Vec<Chunk> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    runtime
+        .block_on(make(Arc::new(CountEverySpan::new(false))).chunk(doc))
+        .expect("chunking does not fail")
 }
 
 /// Text mixing prose, separators, multi-byte characters, emoji, unspaced CJK runs, long words

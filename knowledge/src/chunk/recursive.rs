@@ -69,8 +69,8 @@ mod tests {
     use std::sync::Arc;
 
     use crate::chunk::invariants::{
-        CountEverySpan, arbitrary_text, assert_contract, assert_covers_all_content, document,
-        test_counter,
+        CountEverySpan, arbitrary_text, assert_contract, assert_covers_all_content,
+        chunks_recounting, document, test_counter,
     };
 
     fn chunker(max_tokens: usize, overlap: usize) -> RecursiveChunker {
@@ -246,15 +246,8 @@ mod tests {
             assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
             assert_covers_all_content(&doc, &chunks);
             // Summing additive counts gives exactly what counting every range gives.
-            let counted = runtime
-                .block_on(
-                    RecursiveChunker::new(
-                        Arc::new(CountEverySpan::new(false)),
-                        ChunkBounds { max_tokens, overlap },
-                    )
-                    .chunk(&doc),
-                )
-                .expect("recursive chunking does not fail");
+            let bounds = ChunkBounds { max_tokens, overlap };
+            let counted = chunks_recounting(|counter| RecursiveChunker::new(counter, bounds), &doc);
             prop_assert_eq!(chunks, counted);
         }
     }

@@ -79,7 +79,7 @@ mod tests {
 
     use super::*;
     use crate::chunk::invariants::{
-        CountEverySpan, arbitrary_text, assert_contract, assert_covers_all_content, document,
+        arbitrary_text, assert_contract, assert_covers_all_content, chunks_recounting, document,
         test_counter,
     };
 
@@ -203,15 +203,8 @@ mod tests {
             assert_contract(&doc, &chunks, test_counter().as_ref(), max_tokens);
             assert_covers_all_content(&doc, &chunks);
             // Summing additive counts gives exactly what counting every range gives.
-            let counted = runtime
-                .block_on(
-                    SentenceChunker::new(
-                        Arc::new(CountEverySpan::new(false)),
-                        ChunkBounds { max_tokens, overlap },
-                    )
-                    .chunk(&doc),
-                )
-                .expect("sentence chunking does not fail");
+            let bounds = ChunkBounds { max_tokens, overlap };
+            let counted = chunks_recounting(|counter| SentenceChunker::new(counter, bounds), &doc);
             prop_assert_eq!(chunks, counted);
         }
     }

@@ -194,8 +194,8 @@ fn slice_node(input: &str) -> Vec<u8> {
 mod tests {
     use super::super::onnx_proto::GRAPH_INITIALIZER;
     use super::super::onnx_proto::test_graph::{
-        ATTRIBUTE, assert_other_fields_survive, graph_fields, graph_nodes, model as skeleton, node,
-        rewrite_with,
+        assert_nodes_copied, assert_other_fields_survive, graph_fields, graph_nodes,
+        model as skeleton, node, node_names, rewrite_with,
     };
     use super::*;
 
@@ -254,9 +254,8 @@ mod tests {
         let original = model(11);
         let rewritten = rewrite(&original).expect("recognised");
         let nodes = graph_nodes(&rewritten);
-        let names: Vec<&str> = nodes.iter().map(|n| n.0.as_str()).collect();
         assert_eq!(
-            names,
+            node_names(&nodes),
             [
                 "/encoder/layer.0/output/LayerNorm/Add_1",
                 "/encoder/layer.1/attention/self/q_quant",
@@ -284,15 +283,7 @@ mod tests {
                 "h0.orkeon_cls_row"
             ]
         );
-        let before = graph_nodes(&original);
-        assert_eq!(
-            nodes[5].3, before[3].3,
-            "untouched nodes are copied byte for byte"
-        );
-        assert!(
-            nodes[4].3.windows(ATTRIBUTE.len()).any(|w| w == ATTRIBUTE),
-            "a rewritten node keeps the fields it does not change"
-        );
+        assert_nodes_copied(&original, &nodes, (5, 3), 4);
         assert_eq!(
             graph_fields(&rewritten, GRAPH_INITIALIZER),
             [

@@ -281,24 +281,23 @@ fn embedding_graph(
         }
     };
     let mut edits = GraphEdits::default();
-    if want_unmasked {
-        match super::unmasked_graph::edits(&parsed) {
-            Ok(planned) => {
-                edits.merge(planned);
-                done.unmasked = true;
-            }
-            Err(reason) => kept(format!("attention-mask additions kept: {reason}")),
+    // Merges a rewrite's plan, or logs why the graph keeps what it would change.
+    let mut plan = |planned: Result<GraphEdits, String>, refused: &str| match planned {
+        Ok(planned) => {
+            edits.merge(planned);
+            true
         }
-    }
-    if want_cls {
-        match super::cls_graph::edits(&parsed) {
-            Ok(planned) => {
-                edits.merge(planned);
-                done.cls_only = true;
-            }
-            Err(reason) => kept(format!("no [CLS]-only last layer: {reason}")),
+        Err(reason) => {
+            kept(format!("{refused}: {reason}"));
+            false
         }
-    }
+    };
+    done.unmasked = want_unmasked
+        && plan(
+            super::unmasked_graph::edits(&parsed),
+            "attention-mask additions kept",
+        );
+    done.cls_only = want_cls && plan(super::cls_graph::edits(&parsed), "no [CLS]-only last layer");
     if done == GraphRewrites::default() {
         return Ok((unchanged(), done));
     }

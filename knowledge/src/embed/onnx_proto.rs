@@ -383,6 +383,33 @@ pub(super) mod test_graph {
             .collect()
     }
 
+    /// The nodes' names, in order.
+    pub fn node_names(nodes: &[(String, String, Vec<String>, Vec<u8>)]) -> Vec<&str> {
+        nodes.iter().map(|n| n.0.as_str()).collect()
+    }
+
+    /// Node `untouched.0` of the rewritten `nodes` is node `untouched.1` of `original` byte
+    /// for byte, and the rewritten node `changed` still carries the [`ATTRIBUTE`] field.
+    pub fn assert_nodes_copied(
+        original: &[u8],
+        nodes: &[(String, String, Vec<String>, Vec<u8>)],
+        untouched: (usize, usize),
+        changed: usize,
+    ) {
+        let before = graph_nodes(original);
+        assert_eq!(
+            nodes[untouched.0].3, before[untouched.1].3,
+            "untouched nodes are copied byte for byte"
+        );
+        assert!(
+            nodes[changed]
+                .3
+                .windows(ATTRIBUTE.len())
+                .any(|w| w == ATTRIBUTE),
+            "a rewritten node keeps the fields it does not change"
+        );
+    }
+
     /// The payloads of `rewritten`'s graph fields numbered `number`.
     pub fn graph_fields(rewritten: &[u8], number: u32) -> Vec<Vec<u8>> {
         ParsedModel::parse(rewritten)
