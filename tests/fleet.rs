@@ -176,7 +176,7 @@ impl Fleet {
         let mut killed = false;
         for i in 0..KICKOFFS {
             if i == KICKOFFS / 2 {
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                self.wait_until_c_runs_one_of(&run_ids).await;
                 self.daemons[2].child.kill().expect("SIGKILL daemon c");
                 self.daemons[2].child.wait().expect("reap daemon c");
                 killed = true;
@@ -193,6 +193,28 @@ impl Fleet {
             run_ids.push(run_id);
         }
         run_ids
+    }
+
+    /// Waits until daemon c is executing one of `run_ids`, so that the kill lands mid-run (a
+    /// fixed pause let the kill land after c's runs had all finished on a slow machine).
+    async fn wait_until_c_runs_one_of(&self, run_ids: &[String]) {
+        let mut watcher = self.clients[0].clone();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            for run_id in run_ids {
+                let run = get(&mut watcher, run_id).await;
+                if run.state == "running" && self.executor(&run) == 2 {
+                    return;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "daemon c executed none of the first {} runs within 30 s; log of c:\n{}",
+                run_ids.len(),
+                self.daemons[2].log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Every run's final record, seen from daemon a, whichever daemon ran it.
