@@ -129,51 +129,14 @@ pub(crate) async fn http_download(
     if !response.status().is_success() {
         return Err(format!("GET {url} answered {}", response.status()));
     }
-    let total = response.content_length();
-    let name = file_label(target);
-    let partial = partial_path(target)?;
-    let mut out =
-        File::create(&partial).map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
-    let mut done = 0u64;
+    let progress = progress.map(|report| report as &dyn Fn(FetchProgress));
+    let mut out = PartialFile::create(target, response.content_length())?;
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| format!("reading {url} failed: {e}"))?;
-        out.write_all(&chunk)
-            .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-        done += chunk.len() as u64;
-        if let Some(report) = progress {
-            report(FetchProgress {
-                file: name.clone(),
-                bytes_done: done,
-                bytes_total: total,
-            });
-        }
+        out.write(&chunk, progress)?;
     }
-    out.sync_all()
-        .map_err(|e| format!("cannot flush {}: {e}", partial.display()))?;
-    drop(out);
-    std::fs::rename(&partial, target)
-        .map_err(|e| format!("cannot move {} into place: {e}", target.display()))
-}
-
-fn file_label(target: &Path) -> String {
-    target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-fn partial_path(target: &Path) -> Result<PathBuf, String> {
-    let parent = target
-        .parent()
-        .ok_or_else(|| format!("{} has no parent folder", target.display()))?;
-    std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    Ok(parent.join(format!(
-        ".{}.partial-{}",
-        file_label(target),
-        std::process::id()
-    )))
+    out.finish()
 }
 
 fn write_atomically(
@@ -182,41 +145,96 @@ fn write_atomically(
     source: &mut dyn Read,
     progress: Option<&dyn Fn(FetchProgress)>,
 ) -> Result<(), String> {
-    let partial = partial_path(target)?;
-    let name = file_label(target);
-    let result = (|| {
-        let mut out = File::create(&partial)
-            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
-        let mut buffer = vec![0u8; 1 << 20];
-        let mut done = 0u64;
-        loop {
-            let read = source
-                .read(&mut buffer)
-                .map_err(|e| format!("cannot read {name}: {e}"))?;
-            if read == 0 {
-                break;
-            }
-            out.write_all(&buffer[..read])
-                .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-            done += read as u64;
-            if let Some(report) = progress {
-                report(FetchProgress {
-                    file: name.clone(),
-                    bytes_done: done,
-                    bytes_total: total,
-                });
-            }
+    let mut out = PartialFile::create(target, total)?;
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let read = source
+            .read(&mut buffer)
+            .map_err(|e| format!("cannot read {}: {e}", out.name))?;
+        if read == 0 {
+            break;
         }
-        out.sync_all()
-            .map_err(|e| format!("cannot flush {}: {e}", partial.display()))?;
-        drop(out);
-        std::fs::rename(&partial, target)
-            .map_err(|e| format!("cannot move {} into place: {e}", target.display()))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&partial);
+        out.write(&buffer[..read], progress)?;
     }
-    result
+    out.finish()
+}
+
+/// A file being fetched: written under a hidden name beside its target (`.name.partial-PID`),
+/// renamed into place by [`PartialFile::finish`], removed if dropped before that (an error).
+struct PartialFile<'a> {
+    target: &'a Path,
+    path: PathBuf,
+    /// The target's file name, as progress reports name it.
+    name: String,
+    out: Option<File>,
+    done: u64,
+    total: Option<u64>,
+    finished: bool,
+}
+
+impl<'a> PartialFile<'a> {
+    fn create(target: &'a Path, total: Option<u64>) -> Result<Self, String> {
+        let parent = target
+            .parent()
+            .ok_or_else(|| format!("{} has no parent folder", target.display()))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let path = parent.join(format!(".{name}.partial-{}", std::process::id()));
+        let out =
+            File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(Self {
+            target,
+            path,
+            name,
+            out: Some(out),
+            done: 0,
+            total,
+            finished: false,
+        })
+    }
+
+    fn write(
+        &mut self,
+        bytes: &[u8],
+        progress: Option<&dyn Fn(FetchProgress)>,
+    ) -> Result<(), String> {
+        let out = self.out.as_mut().expect("the file is open until finish");
+        out.write_all(bytes)
+            .map_err(|e| format!("cannot write {}: {e}", self.path.display()))?;
+        self.done += bytes.len() as u64;
+        if let Some(report) = progress {
+            report(FetchProgress {
+                file: self.name.clone(),
+                bytes_done: self.done,
+                bytes_total: self.total,
+            });
+        }
+        Ok(())
+    }
+
+    /// Flushes the file to disk and renames it into place.
+    fn finish(mut self) -> Result<(), String> {
+        let out = self.out.take().expect("the file is open until finish");
+        out.sync_all()
+            .map_err(|e| format!("cannot flush {}: {e}", self.path.display()))?;
+        drop(out);
+        std::fs::rename(&self.path, self.target)
+            .map_err(|e| format!("cannot move {} into place: {e}", self.target.display()))?;
+        self.finished = true;
+        Ok(())
+    }
+}
+
+impl Drop for PartialFile<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +250,42 @@ mod tests {
             sha256_file(&path).expect("hash"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_fetch_that_fails_midway_leaves_neither_target_nor_partial_file() {
+        struct FailsAfter(usize);
+        impl Read for FailsAfter {
+            fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(std::io::Error::other("connection reset"));
+                }
+                let n = self.0.min(buffer.len());
+                buffer[..n].fill(1);
+                self.0 -= n;
+                Ok(n)
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("models/model.onnx");
+        let error = write_atomically(&target, Some(10_000), &mut FailsAfter(4_000), None)
+            .expect_err("the source fails");
+        assert!(
+            error.contains("cannot read model.onnx: connection reset"),
+            "{error}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("models"))
+            .expect("the folder was created")
+            .collect();
+        assert!(left.is_empty(), "nothing is left behind: {left:?}");
+
+        write_atomically(&target, None, &mut &[5u8; 3][..], None).expect("writes");
+        assert_eq!(std::fs::read(&target).expect("read"), [5u8; 3]);
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("models"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["model.onnx"]);
     }
 
     #[test]
