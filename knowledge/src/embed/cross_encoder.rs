@@ -28,20 +28,7 @@ impl CrossEncoder {
     /// Loads `model.onnx` and `tokenizer.json` from `dir`. The maximum pair length comes from
     /// the catalogue when the folder name is a catalogue entry, else 512.
     pub fn load(dir: &Path, settings: &EmbeddingSettings) -> Result<Self, EmbedError> {
-        let model = dir.join("model.onnx");
-        let tokenizer_path = dir.join("tokenizer.json");
-        for required in [&model, &tokenizer_path] {
-            if !required.is_file() {
-                return Err(EmbedError::Setup(format!(
-                    "reranker folder {} has no {}; a model folder holds model.onnx and tokenizer.json",
-                    dir.display(),
-                    required
-                        .file_name()
-                        .map(|n| n.to_string_lossy())
-                        .unwrap_or_default()
-                )));
-            }
-        }
+        let (model, tokenizer_path) = super::onnx::model_files(dir, "reranker")?;
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -10,14 +10,13 @@
 //! counted with the in-code WordPiece test tokenizer ([`super::test_tokenizer`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
 
 use super::onnx::l2_normalise;
 use super::test_tokenizer::test_tokenizer;
-use super::{EmbedError, EmbedStats, Embedder, TokenCounter};
+use super::{EmbedCounters, EmbedError, EmbedStats, Embedder, TokenCounter};
 use crate::types::EmbeddingProfile;
 use orkeon_crews::text::content_words;
 
@@ -30,9 +29,7 @@ pub const HASH_MODEL: &str = "word-bigrams";
 pub struct HashEmbedder {
     model: String,
     dimensions: usize,
-    inputs: AtomicU64,
-    batches: AtomicU64,
-    inference_ns: AtomicU64,
+    counters: EmbedCounters,
 }
 
 /// 64-bit FNV-1a.
@@ -70,9 +67,7 @@ impl HashEmbedder {
         Self {
             model: model.to_string(),
             dimensions,
-            inputs: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
-            inference_ns: AtomicU64::new(0),
+            counters: EmbedCounters::default(),
         }
     }
 
@@ -96,10 +91,8 @@ impl HashEmbedder {
     }
 
     fn record(&self, inputs: usize, started: Instant) {
-        self.inputs.fetch_add(inputs as u64, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.inference_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.counters.add_batch(inputs);
+        self.counters.add_inference(started.elapsed());
     }
 }
 
@@ -143,11 +136,7 @@ impl Embedder for HashEmbedder {
     }
 
     fn stats(&self) -> EmbedStats {
-        EmbedStats {
-            inputs: self.inputs.load(Ordering::Relaxed),
-            batches: self.batches.load(Ordering::Relaxed),
-            inference_ns: self.inference_ns.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }
 

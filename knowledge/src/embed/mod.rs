@@ -7,6 +7,8 @@
 //! tokenizer (`test_tokenizer`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 mod cls_graph;
 pub mod cross_encoder;
@@ -68,6 +70,36 @@ pub struct EmbedStats {
     pub batches: u64,
     /// Nanoseconds spent inside the model runtime (ONNX Runtime `run`, or the HTTP call).
     pub inference_ns: u64,
+}
+
+/// The live counters behind an embedder's [`EmbedStats`].
+#[derive(Debug, Default)]
+pub(crate) struct EmbedCounters {
+    inputs: AtomicU64,
+    batches: AtomicU64,
+    inference_ns: AtomicU64,
+}
+
+impl EmbedCounters {
+    /// A batch of `inputs` texts was embedded.
+    pub(crate) fn add_batch(&self, inputs: usize) {
+        self.inputs.fetch_add(inputs as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Time spent inside the model runtime.
+    pub(crate) fn add_inference(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.inference_ns.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stats(&self) -> EmbedStats {
+        EmbedStats {
+            inputs: self.inputs.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            inference_ns: self.inference_ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl EmbedStats {

@@ -490,23 +490,29 @@ pub struct OnnxEmbedder {
     profile: EmbeddingProfile,
 }
 
+/// `model.onnx` and `tokenizer.json` of the model folder `dir`, or an error naming the missing
+/// one (`what`: "model" or "reranker", as the message names the folder).
+pub(crate) fn model_files(dir: &Path, what: &str) -> Result<(PathBuf, PathBuf), EmbedError> {
+    let files = (dir.join("model.onnx"), dir.join("tokenizer.json"));
+    for required in [&files.0, &files.1] {
+        if !required.is_file() {
+            return Err(EmbedError::Setup(format!(
+                "{what} folder {} has no {}; a model folder holds model.onnx and tokenizer.json",
+                dir.display(),
+                required
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default()
+            )));
+        }
+    }
+    Ok(files)
+}
+
 impl OnnxEmbedder {
     /// Loads `model.onnx` and `tokenizer.json` from `dir` and starts its worker sessions.
     pub fn load(dir: &Path, settings: &EmbeddingSettings) -> Result<Self, EmbedError> {
-        let model = dir.join("model.onnx");
-        let tokenizer_path = dir.join("tokenizer.json");
-        for required in [&model, &tokenizer_path] {
-            if !required.is_file() {
-                return Err(EmbedError::Setup(format!(
-                    "model folder {} has no {}; a model folder holds model.onnx and tokenizer.json",
-                    dir.display(),
-                    required
-                        .file_name()
-                        .map(|n| n.to_string_lossy())
-                        .unwrap_or_default()
-                )));
-            }
-        }
+        let (model, tokenizer_path) = model_files(dir, "model")?;
         let config = EmbeddingModelConfig::for_folder(dir)?;
         let tokenizer = Arc::new(HfTokenCounter::from_file(&tokenizer_path)?);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -13,7 +13,7 @@
 //! token estimate.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -23,7 +23,7 @@ use serde::Deserialize;
 use super::models::ModelSearch;
 use super::onnx::l2_normalise;
 use super::tokenizer::HfTokenCounter;
-use super::{EmbedError, EmbedStats, Embedder, TokenCounter};
+use super::{EmbedCounters, EmbedError, EmbedStats, Embedder, TokenCounter};
 use crate::settings::{EmbeddingSettings, OpenAiEmbeddingSettings};
 use crate::types::EmbeddingProfile;
 
@@ -47,9 +47,7 @@ pub struct OpenAiEmbedder {
     /// Expected vector size (configured, or learnt from the first answer; 0 = unknown yet).
     dimensions: AtomicUsize,
     counter: Arc<dyn TokenCounter>,
-    inputs: AtomicU64,
-    batches: AtomicU64,
-    inference_ns: AtomicU64,
+    counters: EmbedCounters,
 }
 
 #[derive(Deserialize)]
@@ -127,9 +125,7 @@ impl OpenAiEmbedder {
             settings: settings.clone(),
             dimensions: AtomicUsize::new(settings.dimensions.unwrap_or(0)),
             counter,
-            inputs: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
-            inference_ns: AtomicU64::new(0),
+            counters: EmbedCounters::default(),
         })
     }
 
@@ -153,10 +149,7 @@ impl OpenAiEmbedder {
                 ))
             })?;
         let parsed = response.json::<EmbeddingsResponse>().await;
-        self.inference_ns.fetch_add(
-            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        self.counters.add_inference(started.elapsed());
         let parsed = parsed
             .map_err(|e| EmbedError::Remote(format!("{}: unreadable answer: {e}", self.url)))?;
         self.vectors_from(parsed, batch.len())
@@ -266,8 +259,7 @@ impl Embedder for OpenAiEmbedder {
         let mut vectors = Vec::with_capacity(texts.len());
         for batch in texts.chunks(self.settings.batch_size.max(1)) {
             vectors.extend(self.embed_batch(batch).await?);
-            self.inputs.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            self.batches.fetch_add(1, Ordering::Relaxed);
+            self.counters.add_batch(batch.len());
         }
         Ok(vectors)
     }
@@ -280,11 +272,7 @@ impl Embedder for OpenAiEmbedder {
     }
 
     fn stats(&self) -> EmbedStats {
-        EmbedStats {
-            inputs: self.inputs.load(Ordering::Relaxed),
-            batches: self.batches.load(Ordering::Relaxed),
-            inference_ns: self.inference_ns.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }
 

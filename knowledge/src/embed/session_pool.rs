@@ -5,7 +5,6 @@
 //! `Session::run`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -14,7 +13,7 @@ use ort::session::Session;
 use ort::value::{Tensor, ValueType};
 
 use super::tokenizer::TokenSequence;
-use super::{EmbedError, EmbedStats};
+use super::{EmbedCounters, EmbedError, EmbedStats};
 use crate::settings::EmbeddingSettings;
 
 /// Token sequences padded to the longest of the batch (id 0, mask 0, token type 0), row-major.
@@ -82,13 +81,6 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<Result<BatchOutput, EmbedError>>,
 }
 
-#[derive(Default)]
-struct Counters {
-    inputs: AtomicU64,
-    batches: AtomicU64,
-    inference_ns: AtomicU64,
-}
-
 /// The graph a pool loads: a model file as it is, or a graph rewritten from one.
 pub(crate) enum ModelGraph {
     File(PathBuf),
@@ -108,7 +100,7 @@ impl ModelGraph {
 pub(crate) struct SessionPool {
     sender: Option<mpsc::Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
-    counters: Arc<Counters>,
+    counters: Arc<EmbedCounters>,
     /// Declared shape of the output returned for every batch (`-1` for dynamic dimensions).
     pub output_shape: Vec<i64>,
 }
@@ -219,7 +211,7 @@ impl SessionPool {
         );
         let (sender, receiver) = mpsc::channel::<Job>();
         let receiver = Arc::new(Mutex::new(receiver));
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(EmbedCounters::default());
         let mut workers = Vec::with_capacity(worker_count);
         for (index, session) in sessions.into_iter().enumerate() {
             let receiver = Arc::clone(&receiver);
@@ -263,11 +255,7 @@ impl SessionPool {
 
     /// Cumulative counters.
     pub fn stats(&self) -> EmbedStats {
-        EmbedStats {
-            inputs: self.counters.inputs.load(Ordering::Relaxed),
-            batches: self.counters.batches.load(Ordering::Relaxed),
-            inference_ns: self.counters.inference_ns.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }
 
@@ -286,7 +274,7 @@ fn worker_loop(
     receiver: &Mutex<mpsc::Receiver<Job>>,
     roles: &[(String, InputRole)],
     output_name: &str,
-    counters: &Counters,
+    counters: &EmbedCounters,
 ) {
     loop {
         let job = {
@@ -296,11 +284,10 @@ fn worker_loop(
                 Err(_) => return,
             }
         };
-        let rows = job.batch.rows as u64;
+        let rows = job.batch.rows;
         let result = run_batch(&mut session, job.batch, roles, output_name, counters);
         if result.is_ok() {
-            counters.inputs.fetch_add(rows, Ordering::Relaxed);
-            counters.batches.fetch_add(1, Ordering::Relaxed);
+            counters.add_batch(rows);
         }
         let _ = job.reply.send(result);
     }
@@ -311,7 +298,7 @@ fn run_batch(
     batch: PaddedBatch,
     roles: &[(String, InputRole)],
     output_name: &str,
-    counters: &Counters,
+    counters: &EmbedCounters,
 ) -> Result<BatchOutput, EmbedError> {
     let failed = |e: &dyn std::fmt::Display| EmbedError::Inference(format!("ONNX Runtime: {e}"));
     let shape = [batch.rows, batch.cols];
@@ -337,11 +324,7 @@ fn run_batch(
     }
     let started = Instant::now();
     let outputs = session.run(inputs).map_err(|e| failed(&e))?;
-    let elapsed = started.elapsed();
-    counters.inference_ns.fetch_add(
-        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
-    );
+    counters.add_inference(started.elapsed());
     let value = outputs
         .get(output_name)
         .ok_or_else(|| EmbedError::Inference(format!("the model returned no {output_name}")))?;
