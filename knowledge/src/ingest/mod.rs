@@ -795,18 +795,7 @@ impl IngestionPipeline {
 
         if kept_parts.is_empty() {
             // Every part was refused: whatever of the file was searchable goes too.
-            if !previous.is_empty() {
-                let outcome = self
-                    .commit(
-                        target,
-                        SourceBatch {
-                            writes: Vec::new(),
-                            deletes: previous.iter().map(|id| id.to_string()).collect(),
-                        },
-                    )
-                    .await?;
-                report.sources_removed += outcome.sources_deleted;
-            }
+            self.remove_sources(target, &previous, report).await?;
             return Ok(Prepared::Quarantined);
         }
         // Every part, and the removal of the parts that disappeared, in ONE batch, once the
@@ -870,6 +859,25 @@ impl IngestionPipeline {
     }
 
     /// Commits a batch to `target` on a blocking thread.
+    /// Deletes the stored sources `ids` (a refused file's parts) in one batch, counting them in
+    /// the report.
+    async fn remove_sources(
+        &self,
+        target: &Arc<Target>,
+        ids: &[&str],
+        report: &mut IngestReport,
+    ) -> Result<(), IngestError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let batch = SourceBatch {
+            writes: Vec::new(),
+            deletes: ids.iter().map(|id| id.to_string()).collect(),
+        };
+        report.sources_removed += self.commit(target, batch).await?.sources_deleted;
+        Ok(())
+    }
+
     async fn commit(
         &self,
         target: &Arc<Target>,
@@ -955,18 +963,7 @@ impl IngestionPipeline {
     ) -> Result<(), IngestError> {
         let collection = target.collection.as_str();
         self.quarantine_entry(target, &source.id, hash, reason, excerpt)?;
-        if !previous.is_empty() {
-            let outcome = self
-                .commit(
-                    target,
-                    SourceBatch {
-                        writes: Vec::new(),
-                        deletes: previous.iter().map(|id| id.to_string()).collect(),
-                    },
-                )
-                .await?;
-            report.sources_removed += outcome.sources_deleted;
-        }
+        self.remove_sources(target, previous, report).await?;
         report.quarantined.push(QuarantinedSource {
             source: source.id.clone(),
             reason: reason.to_string(),
