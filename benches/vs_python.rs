@@ -790,6 +790,7 @@ fn main() -> BenchResult<()> {
         // round compares runs seconds apart, and the median of the rounds resists a noisy machine.
         let mut per_round = Vec::with_capacity(rounds);
         let mut ratios = Vec::with_capacity(rounds);
+        let (mut peer_times, mut orkeon_times) = (Vec::new(), Vec::new());
         let mut last = (Value::Null, 0.0);
         for round in 1..=rounds {
             eprintln!(
@@ -803,22 +804,29 @@ fn main() -> BenchResult<()> {
             let (wall, report, peak) = ingest(cwd, &data)?;
             let peer_s = peer["embed_best_s"].as_f64().unwrap_or(f64::NAN);
             ratios.push(peer_s / wall);
+            peer_times.push(peer_s);
+            orkeon_times.push(wall);
             per_round.push(json!({
                 "peer_embed_s": peer_s,
+                "peer_embed_runs": peer["embed_runs"],
                 "orkeon_cold_ingest_s": round3(wall),
                 "ratio_peer_over_orkeon": round3(peer_s / wall),
             }));
             last = (report, peak);
         }
         let (report, peak) = last;
-        ratios.sort_by(f64::total_cmp);
-        let ratio = ratios[ratios.len() / 2];
+        let ratio = percentile(&ratios, 0.5);
+        let (peer_median, orkeon_median) =
+            (percentile(&peer_times, 0.5), percentile(&orkeon_times, 0.5));
         out.insert(
             "ingest".into(),
             json!({
                 "ratio_peer_over_orkeon": round3(ratio),
                 "ratio_is": if rounds > 1 { "the median of the rounds' ratios" } else { "one round" },
                 "rounds": per_round,
+                "peer_median_s": round3(peer_median),
+                "orkeon_median_s": round3(orkeon_median),
+                "ratio_of_medians": round3(peer_median / orkeon_median),
                 "goal": "ratio >= 1.2",
                 "orkeon_chunks_embedded": report["chunks_embedded"],
                 "orkeon_report_duration_ms": report["duration_ms"],
