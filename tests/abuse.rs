@@ -16,7 +16,7 @@ use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::crew_service_client::CrewServiceClient;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
 use orkeon_testkit::pdf::{PdfObject, one_page, zlib_bomb};
-use support::Daemon;
+use support::{Daemon, SUPPORT_CREW as CREW, SUPPORT_FAQ as FAQ};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -32,29 +32,6 @@ const MAX_CONCURRENT_RUNS: &str = "2";
 const MAX_QUEUED_RUNS: &str = "8";
 
 const MIB: usize = 1024 * 1024;
-
-const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund.\n\n\
-# Warranty\n\nFrames carry a lifetime warranty; components are covered for two years.\n\n\
-# Shipping\n\nOrders ship from Lyon within 2 business days.\n";
-
-const CREW: &str = r#"name: support
-process: sequential
-llm: { provider: extractive }
-rag:
-  collections:
-    product-kb:
-      sources: ["kb/*.md"]
-agents:
-  support:
-    role: Support agent
-    goal: Answer from the knowledge base
-    knowledge: [product-kb]
-tasks:
-  - name: answer
-    agent: support
-    description: "Answer the customer: {{ inputs.question }}"
-    expected_output: A short answer with [n] citations
-"#;
 
 /// The resident set of a process, from `/proc/<pid>/status` (`VmRSS`, in kB).
 fn rss_bytes(pid: u32) -> u64 {

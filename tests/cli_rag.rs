@@ -5,13 +5,9 @@ mod support;
 
 use std::fs;
 
-use support::{Store, orkeon, orkeon_on, run_failing, run_json};
-
-const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund. \
-The bike must be unused and in its original packaging.\n\n# Warranty\n\nFrames carry a lifetime \
-warranty; components are covered for two years.\n";
-const SHIPPING: &str = "# Shipping\n\nOrders ship from Lyon within 2 business days. Express delivery \
-costs 19 euros and arrives the next day in France.\n";
+use support::{
+    RETURNS_FAQ as FAQ, SHIPPING_FAQ as SHIPPING, Store, orkeon, orkeon_on, run_failing, run_json,
+};
 
 fn ingest(
     dir: &std::path::Path,

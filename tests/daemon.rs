@@ -9,30 +9,10 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{Daemon, Store, eventually, orkeon, orkeon_on, run_json};
-
-const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund. \
-The bike must be unused and in its original packaging.\n\n# Warranty\n\nFrames carry a lifetime \
-warranty; components are covered for two years.\n";
-
-const CREW: &str = r#"name: support
-process: sequential
-llm: { provider: extractive }
-rag:
-  collections:
-    product-kb:
-      sources: ["kb/*.md"]
-agents:
-  support:
-    role: Support agent
-    goal: Answer from the knowledge base
-    knowledge: [product-kb]
-tasks:
-  - name: answer
-    agent: support
-    description: "Answer the customer: {{ inputs.question }}"
-    expected_output: A short answer with [n] citations
-"#;
+use support::{
+    Daemon, RETURNS_FAQ as FAQ, SUPPORT_CREW as CREW, Store, eventually, orkeon, orkeon_on,
+    run_json,
+};
 
 fn kickoff_and_wait(
     cwd: &Path,

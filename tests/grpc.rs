@@ -7,12 +7,8 @@ use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::crew_service_client::CrewServiceClient;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
 use std::fs;
-use support::Daemon;
+use support::{Daemon, SUPPORT_FAQ as FAQ};
 use tonic::Code;
-
-const FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund.\n\n\
-# Warranty\n\nFrames carry a lifetime warranty; components are covered for two years.\n\n\
-# Shipping\n\nOrders ship from Lyon within 2 business days.\n";
 
 const CREW: &str = r#"name: support
 process: sequential

@@ -8,6 +8,40 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// A product FAQ in three sections, the knowledge of [`SUPPORT_CREW`]'s collection.
+pub const SUPPORT_FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund.\n\n\
+# Warranty\n\nFrames carry a lifetime warranty; components are covered for two years.\n\n\
+# Shipping\n\nOrders ship from Lyon within 2 business days.\n";
+
+/// Returns and warranty, in two sections.
+pub const RETURNS_FAQ: &str = "# Returns\n\nYou can return a bike within 30 days of delivery for a full refund. \
+The bike must be unused and in its original packaging.\n\n# Warranty\n\nFrames carry a lifetime \
+warranty; components are covered for two years.\n";
+
+/// A shipping page, a second source beside [`RETURNS_FAQ`].
+pub const SHIPPING_FAQ: &str = "# Shipping\n\nOrders ship from Lyon within 2 business days. Express delivery \
+costs 19 euros and arrives the next day in France.\n";
+
+/// A one-agent crew (offline extractive model) answering from `kb/*.md` beside it.
+pub const SUPPORT_CREW: &str = r#"name: support
+process: sequential
+llm: { provider: extractive }
+rag:
+  collections:
+    product-kb:
+      sources: ["kb/*.md"]
+agents:
+  support:
+    role: Support agent
+    goal: Answer from the knowledge base
+    knowledge: [product-kb]
+tasks:
+  - name: answer
+    agent: support
+    description: "Answer the customer: {{ inputs.question }}"
+    expected_output: A short answer with [n] citations
+"#;
+
 /// The models folder (`ORKEON_MODELS_DIR`, else `../shared/models`).
 pub fn models_dir() -> PathBuf {
     std::env::var_os("ORKEON_MODELS_DIR")
