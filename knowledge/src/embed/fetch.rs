@@ -166,7 +166,7 @@ struct PartialFile<'a> {
     path: PathBuf,
     /// The target's file name, as progress reports name it.
     name: String,
-    out: Option<File>,
+    out: File,
     done: u64,
     total: Option<u64>,
     finished: bool,
@@ -190,7 +190,7 @@ impl<'a> PartialFile<'a> {
             target,
             path,
             name,
-            out: Some(out),
+            out,
             done: 0,
             total,
             finished: false,
@@ -202,8 +202,8 @@ impl<'a> PartialFile<'a> {
         bytes: &[u8],
         progress: Option<&dyn Fn(FetchProgress)>,
     ) -> Result<(), String> {
-        let out = self.out.as_mut().expect("the file is open until finish");
-        out.write_all(bytes)
+        self.out
+            .write_all(bytes)
             .map_err(|e| format!("cannot write {}: {e}", self.path.display()))?;
         self.done += bytes.len() as u64;
         if let Some(report) = progress {
@@ -216,12 +216,11 @@ impl<'a> PartialFile<'a> {
         Ok(())
     }
 
-    /// Flushes the file to disk and renames it into place.
+    /// Flushes the file to disk and renames it into place (the handle closes on drop).
     fn finish(mut self) -> Result<(), String> {
-        let out = self.out.take().expect("the file is open until finish");
-        out.sync_all()
+        self.out
+            .sync_all()
             .map_err(|e| format!("cannot flush {}: {e}", self.path.display()))?;
-        drop(out);
         std::fs::rename(&self.path, self.target)
             .map_err(|e| format!("cannot move {} into place: {e}", self.target.display()))?;
         self.finished = true;
