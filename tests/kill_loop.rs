@@ -29,6 +29,7 @@ use orkeon_daemon::proto::v1::crew_service_client::CrewServiceClient;
 use orkeon_daemon::proto::v1::knowledge_service_client::KnowledgeServiceClient;
 use orkeon_knowledge::settings::StoreSettings;
 use orkeon_knowledge::store::{DocumentStore, EmbeddedStore, StoreError};
+use orkeon_testkit::pdf::text_pages;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};
@@ -95,55 +96,7 @@ fn pdf_version(v: usize) -> Vec<u8> {
     if v % 2 == 1 {
         pages.push(format!("Appendix of edition {v}: spare parts and tools."));
     }
-    build_pdf(&pages)
-}
-
-/// A valid PDF with one Helvetica text page per entry and a correct cross-reference table.
-fn build_pdf(pages: &[String]) -> Vec<u8> {
-    let mut objects = vec![
-        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
-        format!(
-            "<< /Type /Pages /Kids [{}] /Count {} >>",
-            (0..pages.len())
-                .map(|i| format!("{} 0 R", 4 + 2 * i))
-                .collect::<Vec<_>>()
-                .join(" "),
-            pages.len()
-        ),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
-    ];
-    for (i, text) in pages.iter().enumerate() {
-        objects.push(format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
-            5 + 2 * i
-        ));
-        let content = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET\n");
-        objects.push(format!(
-            "<< /Length {} >>\nstream\n{content}endstream",
-            content.len()
-        ));
-    }
-    let mut pdf = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, object) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = pdf.len();
-    pdf.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for offset in offsets {
-        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    pdf.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    pdf
+    text_pages(&pages.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

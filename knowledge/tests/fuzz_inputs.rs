@@ -17,6 +17,7 @@ use orkeon_knowledge::query::llm_output::{
 };
 use orkeon_knowledge::settings::{IngestionSettings, LoadLimits};
 use orkeon_knowledge::web::searxng::parse_results;
+use orkeon_testkit::pdf::{PdfObject as Obj, pdf};
 use proptest::prelude::*;
 use reqwest::Url;
 
@@ -83,54 +84,24 @@ fn zlib(data: &[u8]) -> Vec<u8> {
 /// mutations start from.
 fn seed_pdf() -> Vec<u8> {
     let page_text = zlib(b"BT /F1 12 Tf 72 720 Td (Seed page one) Tj ET /X1 Do");
-    let form = b"BT /F1 9 Tf (form text) Tj ET";
-    let objects: Vec<Vec<u8>> = vec![
-        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
-        b"<< /Type /Pages /Kids [3 0 R 6 0 R] /Count 2 >>".to_vec(),
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> /XObject << /X1 7 0 R >> >> /Contents 5 0 R >>".to_vec(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
-        [
-            format!("<< /Filter /FlateDecode /Length {} >>\nstream\n", page_text.len()).as_bytes(),
-            &page_text,
-            b"\nendstream",
-        ]
-        .concat(),
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 8 0 R >>".to_vec(),
-        [
-            format!(
-                "<< /Type /XObject /Subtype /Form /BBox [0 0 100 100] /Resources << /Font << /F1 4 0 R >> >> /Length {} >>\nstream\n",
-                form.len()
-            )
-            .as_bytes(),
-            form,
-            b"\nendstream",
-        ]
-        .concat(),
-        b"<< /Length 34 >>\nstream\nBT /F1 12 Tf (Seed page two) Tj ET\nendstream".to_vec(),
-    ];
-    let mut pdf = b"%PDF-1.5\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, object) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        pdf.extend_from_slice(object);
-        pdf.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = pdf.len();
-    pdf.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for offset in offsets {
-        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    pdf.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    pdf
+    let dict = |text: &str| Obj::Dict(text.to_string());
+    pdf(&[
+        dict("<< /Type /Catalog /Pages 2 0 R >>"),
+        dict("<< /Type /Pages /Kids [3 0 R 6 0 R] /Count 2 >>"),
+        dict(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> /XObject << /X1 7 0 R >> >> /Contents 5 0 R >>",
+        ),
+        dict("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"),
+        Obj::Stream("/Filter /FlateDecode".into(), page_text),
+        dict(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 8 0 R >>",
+        ),
+        Obj::Stream(
+            "/Type /XObject /Subtype /Form /BBox [0 0 100 100] /Resources << /Font << /F1 4 0 R >> >>".into(),
+            b"BT /F1 9 Tf (form text) Tj ET".to_vec(),
+        ),
+        Obj::Stream(String::new(), b"BT /F1 12 Tf (Seed page two) Tj ET".to_vec()),
+    ])
 }
 
 /// PDF tokens a mutation may splice in: the ones that steer lopdf and the pre-scan.

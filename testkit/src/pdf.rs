@@ -1,6 +1,7 @@
 //! Hostile and ordinary PDF fixtures, written byte by byte so tests need no PDF library: a
-//! minimal PDF writer with a correct cross-reference table ([`pdf`], [`one_page`]) and a zlib
-//! stream that inflates to gigabytes while taking a few MB ([`zlib_bomb`]).
+//! minimal PDF writer with a correct cross-reference table ([`pdf`], [`one_page`],
+//! [`text_pages`]) and a zlib stream that inflates to gigabytes while taking a few MB
+//! ([`zlib_bomb`]).
 
 use flate2::{Compress, Compression, FlushCompress};
 
@@ -62,6 +63,42 @@ pub fn one_page(contents: &str, extra: Vec<PdfObject>) -> Vec<u8> {
         PdfObject::Dict("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into()),
     ];
     objects.extend(extra);
+    pdf(&objects)
+}
+
+/// A PDF of one Helvetica text page per entry of `pages`; each line of an entry is drawn on a
+/// line of its own (PDF string escapes applied). An empty entry is a page without text.
+pub fn text_pages(pages: &[&str]) -> Vec<u8> {
+    let kids: Vec<String> = (0..pages.len())
+        .map(|i| format!("{} 0 R", 4 + 2 * i))
+        .collect();
+    let mut objects = vec![
+        PdfObject::Dict("<< /Type /Catalog /Pages 2 0 R >>".into()),
+        PdfObject::Dict(format!(
+            "<< /Type /Pages /Kids [{}] /Count {} >>",
+            kids.join(" "),
+            pages.len()
+        )),
+        PdfObject::Dict("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into()),
+    ];
+    for (i, text) in pages.iter().enumerate() {
+        objects.push(PdfObject::Dict(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+            5 + 2 * i
+        )));
+        let mut content = String::new();
+        for (line, words) in text.lines().enumerate() {
+            let escaped = words
+                .replace('\\', "\\\\")
+                .replace('(', "\\(")
+                .replace(')', "\\)");
+            content.push_str(&format!(
+                "BT /F1 12 Tf 72 {} Td ({escaped}) Tj ET\n",
+                720 - 20 * line
+            ));
+        }
+        objects.push(PdfObject::Stream(String::new(), content.into_bytes()));
+    }
     pdf(&objects)
 }
 

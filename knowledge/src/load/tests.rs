@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use orkeon_testkit::pdf::{PdfObject, pdf, text_pages};
+
 use super::*;
 use crate::settings::{IngestionSettings, LoadLimits};
 
@@ -24,77 +26,6 @@ fn file_ref(id: &str, path: PathBuf) -> SourceRef {
     }
 }
 
-/// A valid PDF with one page per entry (an empty entry gives a page without text), Helvetica
-/// text, and a correct cross-reference table.
-pub(crate) fn build_pdf(pages: &[&str]) -> Vec<u8> {
-    let page_count = pages.len();
-    let mut objects: Vec<String> = Vec::new();
-    objects.push("<< /Type /Catalog /Pages 2 0 R >>".into());
-    let kids: Vec<String> = (0..page_count)
-        .map(|i| format!("{} 0 R", 4 + 2 * i))
-        .collect();
-    objects.push(format!(
-        "<< /Type /Pages /Kids [{}] /Count {page_count} >>",
-        kids.join(" ")
-    ));
-    objects.push("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into());
-    for (i, text) in pages.iter().enumerate() {
-        objects.push(format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
-            5 + 2 * i
-        ));
-        let mut content = String::new();
-        for (line, words) in text.lines().enumerate() {
-            let escaped = words
-                .replace('\\', "\\\\")
-                .replace('(', "\\(")
-                .replace(')', "\\)");
-            content.push_str(&format!(
-                "BT /F1 12 Tf 72 {} Td ({escaped}) Tj ET\n",
-                720 - 20 * line
-            ));
-        }
-        objects.push(format!(
-            "<< /Length {} >>\nstream\n{content}endstream",
-            content.len()
-        ));
-    }
-    assemble_pdf(&objects)
-}
-
-/// A PDF file from object bodies (object `i + 1` is `objects[i]`, object 1 the catalog), with
-/// a correct cross-reference table.
-pub(crate) fn assemble_pdf(objects: &[String]) -> Vec<u8> {
-    let mut pdf = b"%PDF-1.4\n%\xE2\xE3\xCF\xD3\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, object) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = pdf.len();
-    pdf.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for offset in offsets {
-        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    pdf.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    pdf
-}
-
-fn stream(dict: &str, content: &str) -> String {
-    format!(
-        "<< {dict} /Length {} >>\nstream\n{content}\nendstream",
-        content.len()
-    )
-}
-
 /// One page drawing the form XObject 5 (`/X1`); `forms` are objects 5, 6, … and may draw
 /// `/X1`…`/Xn` through the page's resources.
 fn pdf_with_forms(forms: &[&str]) -> Vec<u8> {
@@ -102,26 +33,26 @@ fn pdf_with_forms(forms: &[&str]) -> Vec<u8> {
         .map(|i| format!("/X{} {} 0 R", i + 1, 5 + i))
         .collect();
     let mut objects = vec![
-        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
-        format!(
+        PdfObject::Dict("<< /Type /Catalog /Pages 2 0 R >>".into()),
+        PdfObject::Dict("<< /Type /Pages /Kids [3 0 R] /Count 1 >>".into()),
+        PdfObject::Dict(format!(
             "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> /XObject << {} >> >> /Contents {} 0 R >>",
             xobjects.join(" "),
             5 + forms.len()
-        ),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+        )),
+        PdfObject::Dict("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into()),
     ];
     for content in forms {
-        objects.push(stream(
-            "/Type /XObject /Subtype /Form /BBox [0 0 612 792]",
-            content,
+        objects.push(PdfObject::Stream(
+            "/Type /XObject /Subtype /Form /BBox [0 0 612 792]".into(),
+            content.as_bytes().to_vec(),
         ));
     }
-    objects.push(stream(
-        "",
-        "BT /F1 12 Tf 72 700 Td (Page text) Tj ET /X1 Do",
+    objects.push(PdfObject::Stream(
+        String::new(),
+        b"BT /F1 12 Tf 72 700 Td (Page text) Tj ET /X1 Do".to_vec(),
     ));
-    assemble_pdf(&objects)
+    pdf(&objects)
 }
 
 /// `bytes` with every `from` replaced by `to` (same length, so PDF offsets stay valid).
@@ -652,7 +583,7 @@ fn deeply_nested_html_does_not_overflow_the_stack() {
 #[tokio::test]
 async fn pdf_yields_one_document_per_page_with_text() {
     let dir = tempfile::tempdir().unwrap();
-    let pdf = build_pdf(&[
+    let pdf = text_pages(&[
         "Chapter one\nThe pump must be primed.",
         "",
         "Chapter three (last)\nCheck the valve.",
@@ -686,7 +617,7 @@ async fn pdf_yields_one_document_per_page_with_text() {
 #[tokio::test]
 async fn truncated_and_corrupt_pdfs_are_parse_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let pdf = build_pdf(&["Page one text", "Page two text"]);
+    let pdf = text_pages(&["Page one text", "Page two text"]);
     for (name, bytes) in [
         ("half.pdf", pdf[..pdf.len() / 2].to_vec()),
         ("head.pdf", pdf[..40].to_vec()),
@@ -695,11 +626,11 @@ async fn truncated_and_corrupt_pdfs_are_parse_errors() {
             "garbage.pdf",
             b"%PDF-1.7\n\x00\x01garbage that is not a pdf".to_vec(),
         ),
-        ("textless.pdf", build_pdf(&["", ""])),
+        ("textless.pdf", text_pages(&["", ""])),
         // Valid structure, but the page selects a font its resources do not define.
         (
             "bad-font.pdf",
-            replace_bytes(&build_pdf(&["Page one text"]), b"/F1 12 Tf", b"/F9 12 Tf"),
+            replace_bytes(&text_pages(&["Page one text"]), b"/F1 12 Tf", b"/F9 12 Tf"),
         ),
     ] {
         write(&dir.path().join(name), &bytes);
