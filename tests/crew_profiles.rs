@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::{copy_tree, orkeon, repo, run_failing, run_json};
+use support::{crews_with_example_knowledge as crew_dir, orkeon, run_failing, run_json};
 
 const CREW: &str = r#"name: profiled
 llm: { provider: extractive }
@@ -32,16 +32,6 @@ tasks:
     expected_output: A short answer with [n] citations
     citations: optional
 "#;
-
-fn crew_dir() -> (tempfile::TempDir, std::path::PathBuf) {
-    let work = tempfile::tempdir().expect("tempdir");
-    let crews = work.path().join("crews");
-    copy_tree(
-        &repo().join("examples/crews/knowledge"),
-        &crews.join("knowledge"),
-    );
-    (work, crews)
-}
 
 #[test]
 fn blocks_follow_max_passages_and_each_attachment_uses_its_profile() {

@@ -11,10 +11,8 @@ use std::fs;
 
 use orkeon_testkit::{ScriptReply, ScriptRule, ScriptedLlmServer};
 use serde_json::{Value, json};
-use support::{orkeon, run_json};
+use support::{PEBBLE_FAQ as FAQ, orkeon, run_json};
 
-const FAQ: &str = "# Warranty\n\nEvery Pebble S carries a two-year warranty against \
-manufacturing defects. Batteries are covered for one year.\n";
 const SHIPPING: &str = "# Shipping\n\nOrders leave the Lyon warehouse within two business \
 days. Express delivery costs twelve euros.\n";
 const NOTE: &str = "# Lantern recall\n\nThe Lantern desk lamp batch L-42 is recalled: its \

@@ -6,9 +6,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use support::{Daemon, copy_tree, orkeon, repo, run_failing, run_json};
+use support::{
+    Daemon, crews_with_example_knowledge as crew_dir, orkeon, repo, run_failing, run_json,
+};
 
 const CREW: &str = r#"name: trial
 llm: { provider: extractive }
@@ -58,16 +60,6 @@ fn collection_names(data: &Path) -> Vec<String> {
         .iter()
         .map(|c| c["name"].as_str().unwrap_or_default().to_string())
         .collect()
-}
-
-fn crew_dir() -> (tempfile::TempDir, PathBuf) {
-    let work = tempfile::tempdir().expect("tempdir");
-    let crews = work.path().join("crews");
-    copy_tree(
-        &repo().join("examples/crews/knowledge"),
-        &crews.join("knowledge"),
-    );
-    (work, crews)
 }
 
 #[test]

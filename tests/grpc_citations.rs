@@ -13,10 +13,7 @@ use std::fs;
 use orkeon_daemon::proto::v1 as pb;
 use orkeon_daemon::proto::v1::crew_service_client::CrewServiceClient;
 use orkeon_testkit::{ScriptReply, ScriptRule, ScriptedLlmServer};
-use support::Daemon;
-
-const FAQ: &str = "# Warranty\n\nEvery Pebble S carries a two-year warranty against manufacturing \
-defects. Batteries are covered for one year.\n";
+use support::{Daemon, PEBBLE_FAQ as FAQ};
 
 fn crew(base_url: &str) -> String {
     format!(

@@ -22,6 +22,10 @@ warranty; components are covered for two years.\n";
 pub const SHIPPING_FAQ: &str = "# Shipping\n\nOrders ship from Lyon within 2 business days. Express delivery \
 costs 19 euros and arrives the next day in France.\n";
 
+/// A one-section warranty page (the Pebble S).
+pub const PEBBLE_FAQ: &str = "# Warranty\n\nEvery Pebble S carries a two-year warranty against \
+manufacturing defects. Batteries are covered for one year.\n";
+
 /// A one-agent crew (offline extractive model) answering from `kb/*.md` beside it.
 pub const SUPPORT_CREW: &str = r#"name: support
 process: sequential
@@ -41,6 +45,18 @@ tasks:
     description: "Answer the customer: {{ inputs.question }}"
     expected_output: A short answer with [n] citations
 "#;
+
+/// A fresh work folder whose `crews/knowledge` is a copy of `examples/crews/knowledge`:
+/// (the folder, its `crews`).
+pub fn crews_with_example_knowledge() -> (tempfile::TempDir, PathBuf) {
+    let work = tempfile::tempdir().expect("tempdir");
+    let crews = work.path().join("crews");
+    copy_tree(
+        &repo().join("examples/crews/knowledge"),
+        &crews.join("knowledge"),
+    );
+    (work, crews)
+}
 
 /// The models folder (`ORKEON_MODELS_DIR`, else `../shared/models`).
 pub fn models_dir() -> PathBuf {
