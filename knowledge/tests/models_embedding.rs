@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use common::{cosine, embedding_settings, model, models_dir};
@@ -22,17 +21,6 @@ use orkeon_knowledge::types::EmbeddingProfile;
 // ---------------------------------------------------------------------------------------------
 // The model catalogue
 // ---------------------------------------------------------------------------------------------
-
-fn search(models_dir: Option<&Path>, env_dir: Option<&Path>, cache: &Path) -> ModelSearch {
-    ModelSearch {
-        models_dir: models_dir.map(Path::to_path_buf),
-        env_models_dir: env_dir.map(Path::to_path_buf),
-        cache_dir: cache.to_path_buf(),
-        // Resolution must never reach pip in these tests.
-        python: OsString::from("/nonexistent/python3"),
-        hf_endpoint: "http://127.0.0.1:9".into(),
-    }
-}
 
 /// `<root>/<name>` as a folder of symlinks to the shared model's files.
 fn linked_copy(root: &Path, name: &str) -> PathBuf {
@@ -63,15 +51,15 @@ fn models_dir_beats_env_beats_cache() {
     let in_models = linked_copy(models_dir.path(), name);
     let in_env = linked_copy(env_dir.path(), name);
     let in_cache = linked_copy(&cache.path().join("models"), name);
-    let all = search(Some(models_dir.path()), Some(env_dir.path()), cache.path());
+    let all = ModelSearch::offline(Some(models_dir.path()), Some(env_dir.path()), cache.path());
     assert_eq!(all.resolve(name, None).expect("resolves"), in_models);
-    let no_models_dir = search(None, Some(env_dir.path()), cache.path());
+    let no_models_dir = ModelSearch::offline(None, Some(env_dir.path()), cache.path());
     assert_eq!(no_models_dir.resolve(name, None).expect("resolves"), in_env);
-    let cache_only = search(None, None, cache.path());
+    let cache_only = ModelSearch::offline(None, None, cache.path());
     assert_eq!(cache_only.resolve(name, None).expect("resolves"), in_cache);
     // A models_dir without this model falls through to the next place.
     let empty = tempfile::tempdir().expect("tempdir");
-    let fallthrough = search(Some(empty.path()), Some(env_dir.path()), cache.path());
+    let fallthrough = ModelSearch::offline(Some(empty.path()), Some(env_dir.path()), cache.path());
     assert_eq!(fallthrough.resolve(name, None).expect("resolves"), in_env);
     // A path is used as is.
     let as_path = in_cache.display().to_string();
@@ -98,7 +86,7 @@ fn sha256_mismatch_is_reported_and_cache_copies_are_deleted() {
     std::fs::remove_file(folder.join("vocab.txt")).expect("unlink");
     std::fs::write(folder.join("vocab.txt"), b"[PAD]\ncorrupted\n").expect("write");
     let cache = tempfile::tempdir().expect("tempdir");
-    let err = search(Some(user.path()), None, cache.path())
+    let err = ModelSearch::offline(Some(user.path()), None, cache.path())
         .resolve(name, None)
         .expect_err("mismatch");
     let text = err.to_string();
@@ -121,7 +109,7 @@ fn sha256_mismatch_is_reported_and_cache_copies_are_deleted() {
     let cached = linked_copy(&cache.path().join("models"), name);
     std::fs::remove_file(cached.join("config.json")).expect("unlink");
     std::fs::write(cached.join("config.json"), b"{}").expect("write");
-    let err = search(None, None, cache.path())
+    let err = ModelSearch::offline(None, None, cache.path())
         .resolve(name, None)
         .expect_err("mismatch");
     assert!(err.to_string().contains("deleted from the cache"), "{err}");

