@@ -789,7 +789,6 @@ fn main() -> BenchResult<()> {
         // Each round runs the peer, then a cold ingest into a fresh data dir: the ratio of a
         // round compares runs seconds apart, and the median of the rounds resists a noisy machine.
         let mut per_round = Vec::with_capacity(rounds);
-        let mut ratios = Vec::with_capacity(rounds);
         let (mut peer_times, mut orkeon_times) = (Vec::new(), Vec::new());
         let mut last = (Value::Null, 0.0);
         for round in 1..=rounds {
@@ -803,7 +802,6 @@ fn main() -> BenchResult<()> {
             }
             let (wall, report, peak) = ingest(cwd, &data)?;
             let peer_s = peer["embed_best_s"].as_f64().unwrap_or(f64::NAN);
-            ratios.push(peer_s / wall);
             peer_times.push(peer_s);
             orkeon_times.push(wall);
             per_round.push(json!({
@@ -815,6 +813,11 @@ fn main() -> BenchResult<()> {
             last = (report, peak);
         }
         let (report, peak) = last;
+        let ratios: Vec<f64> = peer_times
+            .iter()
+            .zip(&orkeon_times)
+            .map(|(peer, orkeon)| peer / orkeon)
+            .collect();
         let ratio = percentile(&ratios, 0.5);
         let (peer_median, orkeon_median) =
             (percentile(&peer_times, 0.5), percentile(&orkeon_times, 0.5));

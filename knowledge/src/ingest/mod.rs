@@ -858,7 +858,6 @@ impl IngestionPipeline {
         }
     }
 
-    /// Commits a batch to `target` on a blocking thread.
     /// Deletes the stored sources `ids` (a refused file's parts) in one batch, counting them in
     /// the report.
     async fn remove_sources(
@@ -878,6 +877,7 @@ impl IngestionPipeline {
         Ok(())
     }
 
+    /// Commits a batch to `target` on a blocking thread.
     async fn commit(
         &self,
         target: &Arc<Target>,

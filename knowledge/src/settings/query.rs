@@ -197,8 +197,7 @@ pub struct RerankSettings {
     /// min-max convex scores lie in [0, 1]). Preset per profile: `balanced` and `quality` 0.2,
     /// which applies to min-max convex hybrid scores only (under another fusion only a
     /// configured gap skips); the others always rerank; a gap above 1 never skips with min-max
-    /// convex fusion. The
-    /// `rerank` trace step says when it skipped and why.
+    /// convex fusion. The `rerank` trace step says when it skipped and why.
     pub skip_gap: Option<f32>,
     /// The rank the best fused score is compared with for `skip_gap` (at least 2, default 2).
     pub skip_gap_rank: Option<usize>,
